@@ -1,0 +1,136 @@
+"""label_smoothed_cross_entropy_with_sparsity: label-smoothed CE + lambda-weighted sparsity penalties.
+
+The penalties come from the model's :class:`~fairseq_sparse.modules.sparsity.SparsityModule` s
+through :func:`~fairseq_sparse.modules.sparsity.collect_sparsity_terms`; each term names the group of
+the lambda that weights it. Terms are normalised like the papers' per-token mean losses, and fairseq
+divides the returned loss by ``sample_size``, so the term is added as lambda * penalty * sample_size
+(paper 000 Eq. 12 with the paper's lambda).
+"""
+from dataclasses import dataclass, field
+
+import torch
+from fairseq import metrics, utils
+from fairseq.criterions import register_criterion
+from fairseq.criterions.label_smoothed_cross_entropy import (
+    LabelSmoothedCrossEntropyCriterion,
+    LabelSmoothedCrossEntropyCriterionConfig,
+)
+
+from ..modules.sparsity import collect_sparsity_terms, num_updates, sparsity_groups
+
+STAT_PREFIX = "sparsity/"
+
+
+@dataclass
+class LabelSmoothedCrossEntropyWithSparsityConfig(LabelSmoothedCrossEntropyCriterionConfig):
+    l0drop_lambda: float = field(
+        default=0.0,
+        metadata={"help": "weight of the L0Drop expected-L0 penalty (paper 000 Eq. 12; the paper fine-tunes "
+                          "with 0.2-0.3), normalised per source token as in the reference code"},
+    )
+    sparsity_warmup_updates: int = field(
+        default=0,
+        metadata={"help": "raise every lambda linearly from 0 to its value over this many updates (training "
+                          "from scratch, paper 000 Sec. 6); 0 = full lambda from the start (fine-tuning)"},
+    )
+
+
+@register_criterion("label_smoothed_cross_entropy_with_sparsity", dataclass=LabelSmoothedCrossEntropyWithSparsityConfig)
+class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
+    def __init__(
+        self,
+        task,
+        sentence_avg,
+        label_smoothing,
+        ignore_prefix_size=0,
+        report_accuracy=False,
+        l0drop_lambda=0.0,
+        sparsity_warmup_updates=0,
+    ):
+        super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy)
+        self.lambdas = {"l0drop": l0drop_lambda}
+        for group, value in self.lambdas.items():
+            if value < 0:
+                raise ValueError(f"--{group.replace('_', '-')}-lambda must be >= 0, got {value}")
+        if sparsity_warmup_updates < 0:
+            raise ValueError(f"--sparsity-warmup-updates must be >= 0, got {sparsity_warmup_updates}")
+        self.warmup_updates = sparsity_warmup_updates
+        self._checked_model = False
+
+    def check_model(self, model):
+        """Lambdas for penalties the model cannot produce are a configuration error."""
+        groups = sparsity_groups(model)
+        for group, value in self.lambdas.items():
+            if value > 0 and group not in groups:
+                arch = getattr(getattr(model, "args", None), "arch", type(model).__name__)
+                raise ValueError(
+                    f"--{group.replace('_', '-')}-lambda {value} is set but the model ({arch}) has no {group} "
+                    f"module; use an architecture with it (e.g. --arch transformer_{group})"
+                )
+        self._checked_model = True
+
+    def current_lambda(self, group, updates):
+        value = self.lambdas.get(group)
+        if value is None:
+            raise ValueError(f"the model reports a '{group}' penalty but this criterion has no lambda for it")
+        if self.warmup_updates > 0:
+            value *= min(1.0, updates / self.warmup_updates)
+        return value
+
+    def forward(self, model, sample, reduce=True):
+        if not self._checked_model:
+            self.check_model(model)
+        collect_sparsity_terms(model)  # drop terms of forward passes nobody collected (e.g. generation)
+        net_output = model(**sample["net_input"])
+        loss, nll_loss = self.compute_loss(model, net_output, sample, reduce=reduce)
+        sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
+        penalty, logging_output = self.compute_sparsity_loss(model)
+        loss = loss + penalty * sample_size
+        logging_output.update({
+            "loss": loss.data,
+            "nll_loss": nll_loss.data,
+            "ntokens": sample["ntokens"],
+            "nsentences": sample["target"].size(0),
+            "sample_size": sample_size,
+        })
+        if self.report_accuracy:
+            n_correct, total = self.compute_accuracy(model, net_output, sample)
+            logging_output["n_correct"] = utils.item(n_correct.data)
+            logging_output["total"] = utils.item(total.data)
+        return loss, sample_size, logging_output
+
+    def compute_sparsity_loss(self, model):
+        """sum over reported terms of lambda_group * penalty, and the terms' statistics for logging."""
+        penalty = torch.zeros(())
+        logging_output = {}
+        updates = num_updates(model)
+        for term in collect_sparsity_terms(model):
+            lam = self.current_lambda(term.group, updates)
+            if term.penalty is not None:
+                penalty = penalty.to(term.penalty) + lam * term.penalty
+                logging_output[f"{STAT_PREFIX}{term.group}_penalty"] = term.penalty.detach()
+                logging_output[f"{STAT_PREFIX}{term.group}_lambda"] = lam
+            for name, (num, den) in term.stats.items():
+                logging_output[f"{STAT_PREFIX}{name}:num"] = num
+                logging_output[f"{STAT_PREFIX}{name}:den"] = den
+        return penalty, logging_output
+
+    @classmethod
+    def reduce_metrics(cls, logging_outputs) -> None:
+        super().reduce_metrics(logging_outputs)
+        keys = {k for log in logging_outputs for k in log if k.startswith(STAT_PREFIX)}
+        for key in sorted(keys):
+            name = key[len(STAT_PREFIX):]
+            total = utils.item(sum(log.get(key, 0) for log in logging_outputs))
+            if name.endswith(":num"):
+                den = utils.item(sum(log.get(key[:-4] + ":den", 0) for log in logging_outputs))
+                if den > 0:
+                    metrics.log_scalar(name[:-4], total / den, den, round=4)
+            elif not name.endswith(":den"):
+                # penalties and lambdas: mean over the batches of this log interval
+                n = sum(1 for log in logging_outputs if key in log)
+                metrics.log_scalar(name, total / n, n, round=4)
+
+    @staticmethod
+    def logging_outputs_can_be_summed() -> bool:
+        return True

@@ -1,0 +1,1 @@
+from . import transformer_l0drop  # noqa: F401

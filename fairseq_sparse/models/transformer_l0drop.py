@@ -1,0 +1,340 @@
+"""transformer_l0drop: a fairseq Transformer with L0Drop gates on the encoder output (paper 000).
+
+In eval mode (``--pruned-decoding``, the default) the encoder hands the decoder the compressed memory
+of Algorithm 1, so fairseq-generate decodes with N' + 1 instead of N source states and gives the same
+hypotheses as the uncompressed gated model.
+"""
+import atexit
+import logging
+import sys
+from dataclasses import dataclass, field, fields
+from typing import Dict, List, Optional
+
+import torch
+from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+from fairseq.dataclass.utils import gen_parser_from_dataclass
+from fairseq.distributed import fsdp_wrap
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.transformer import (
+    TransformerConfig,
+    TransformerDecoder,
+    TransformerEncoder,
+    TransformerModel,
+    base_architecture,
+    transformer_iwslt_de_en,
+    transformer_vaswani_wmt_en_de_big,
+    transformer_wmt_en_de,
+)
+from fairseq.modules.checkpoint_activations import checkpoint_wrapper
+from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
+from fairseq.utils import eval_bool
+from torch import Tensor
+
+from ..modules.count_attention import CountAwareAttention
+from ..modules.hard_concrete import DEFAULT_BETA, DEFAULT_GAMMA, DEFAULT_ZETA, HardConcrete
+from ..modules.l0drop import DROPPED_AS_CHOICES, L0Drop, compress, decoder_padding_mask, expand_attention
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class L0DropConfig(FairseqDataclass):
+    l0drop_beta: float = field(
+        default=DEFAULT_BETA, metadata={"help": "HardConcrete temperature beta (paper 000: 2/3)"}
+    )
+    l0drop_gamma: float = field(
+        default=DEFAULT_GAMMA, metadata={"help": "HardConcrete stretch lower limit gamma = -eps (paper 000: -0.1)"}
+    )
+    l0drop_zeta: float = field(
+        default=DEFAULT_ZETA, metadata={"help": "HardConcrete stretch upper limit zeta = 1 + eps (paper 000: 1.1)"}
+    )
+    l0drop_init_bias: float = field(
+        default=3.0,
+        metadata={"help": "initial bias b of log alpha = x.w + b (w starts at 0); 3.0 starts every gate "
+                          "fully open (g_hat = 1), so fine-tuning starts from the converged model"},
+    )
+    l0drop_dropped_as: ChoiceEnum(DROPPED_AS_CHOICES) = field(
+        default="zero",
+        metadata={"help": "what a dropped encoder state is, in training and decoding alike: 'zero' = a zero "
+                          "vector the decoder still attends to (Algorithm 1's counted dummy), 'mask' = removed "
+                          "from the encoder-decoder attention"},
+    )
+    l0drop_between_layers: bool = field(
+        default=False,
+        metadata={"help": "also put L0Drop between every pair of encoder layers (paper 000 Sec. 6, 'prune "
+                          "encodings earlier'); a state dropped there stays dropped"},
+    )
+
+
+PRUNED_DECODING_HELP = (
+    "in eval mode, decode with the compressed memory of Algorithm 1 (exact; default True). Switch off "
+    "at generation time with --model-overrides \"{'pruned_decoding': False}\""
+)
+
+
+class L0DropTransformerEncoder(TransformerEncoder):
+    """TransformerEncoder + L0Drop on its output (and optionally after every layer but the last)."""
+
+    def __init__(self, args, dictionary, embed_tokens):
+        super().__init__(args, dictionary, embed_tokens)
+        self.dropped_as = args.l0drop_dropped_as
+        self.pruned_decoding = args.pruned_decoding
+        embed_dim = embed_tokens.embedding_dim
+
+        def make_l0drop(name):
+            gate = HardConcrete(args.l0drop_beta, args.l0drop_gamma, args.l0drop_zeta)
+            return L0Drop(embed_dim, gate, args.l0drop_init_bias, name=name)
+
+        self.l0drop = make_l0drop("l0drop")
+        self.layer_l0drops = None
+        if args.l0drop_between_layers:
+            n = len(self.layers)
+            self.layer_l0drops = torch.nn.ModuleList([make_l0drop(f"l0drop_layer{k + 1}") for k in range(n - 1)])
+            for k in range(n - 1):
+                self.layers[k].register_forward_pre_hook(self._hide_dropped_states, with_kwargs=True)
+                self.layers[k].register_forward_hook(self._make_gate_hook(k))
+            # states dropped before the last layer are hidden from its self-attention too
+            self.layers[n - 1].register_forward_pre_hook(self._hide_dropped_states, with_kwargs=True)
+        self._alive: Optional[Tensor] = None  # states not dropped so far, during one forward pass
+        self._pad: Optional[Tensor] = None
+        self.beamable = False
+        self.decoding_stats = {"sentences": 0, "src_tokens": 0, "pruned": 0}
+
+    # --- L0Drop between layers: forward hooks on fairseq's own encoder layers ---
+    def _hide_dropped_states(self, layer, args, kwargs):
+        if self._alive is None or self.dropped_as != "mask":
+            return None
+        gates = self._alive.to(torch.float32)
+        kwargs["encoder_padding_mask"] = decoder_padding_mask(gates, self._pad, "mask")
+        return args, kwargs
+
+    def _make_gate_hook(self, k):
+        def gate_layer_output(layer, args, output):
+            x, gates = self.layer_l0drops[k](output, self._pad, alive=self._alive)
+            self._alive = gates != 0
+            return x
+
+        return gate_layer_output
+
+    def forward(self, src_tokens, src_lengths=None, return_all_hiddens: bool = False, token_embeddings=None):
+        self._pad = src_tokens.eq(self.padding_idx)
+        try:
+            out = super().forward(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
+            x, gates = self.l0drop(out["encoder_out"][0], self._pad, alive=self._alive)
+        finally:
+            self._alive, self._pad = None, None
+        pad = out["encoder_padding_mask"][0]
+        out["l0drop_gates"] = [gates]
+        if self.training or not self.pruned_decoding:
+            out["encoder_out"] = [x]
+            out["encoder_padding_mask"] = [decoder_padding_mask(gates, pad, self.dropped_as)]
+            return out
+        mem = compress(x, gates, pad, self.dropped_as)
+        return {
+            "encoder_out": [mem.memory],
+            "encoder_padding_mask": [mem.padding_mask],
+            "encoder_embedding": [],  # nothing downstream reads it; not carrying it saves copies
+            "encoder_states": out["encoder_states"],
+            "fc_results": [],
+            "src_tokens": [],
+            "src_lengths": out["src_lengths"],
+            "l0drop_gates": [gates],
+            "l0drop_log_count": [mem.log_count],
+            "l0drop_kept_index": [mem.kept_index],
+            "l0drop_pruned": [mem.pruned],
+        }
+
+    def forward_torchscript(self, net_input: Dict[str, Tensor]):
+        """The entry point of fairseq's generators: also counts the sparsity of decoded sources."""
+        out = super().forward_torchscript(net_input)
+        gates, pad = out["l0drop_gates"][0], net_input["src_tokens"].eq(self.padding_idx)
+        stats = self.decoding_stats
+        if stats["sentences"] == 0:
+            atexit.register(self._report_decoding_stats)
+        stats["sentences"] += gates.size(0)
+        stats["src_tokens"] += int((~pad).sum())
+        stats["pruned"] += int(((gates == 0) & ~pad).sum())
+        return out
+
+    def _report_decoding_stats(self):
+        s = self.decoding_stats
+        if s["src_tokens"]:
+            print(
+                f"fairseq_sparse | L0Drop sparsity rate {100.0 * s['pruned'] / s['src_tokens']:.2f}% "
+                f"({s['pruned']} of {s['src_tokens']} source tokens pruned, {s['sentences']} sentences; "
+                f"pruned decoding {'on' if self.pruned_decoding else 'off'})",
+                file=sys.stderr,
+            )
+
+    def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order):
+        if self.beamable:
+            # beam-shared keys: the decoder caches what it needs per sentence at the first step and
+            # reads nothing from encoder_out afterwards, so nothing is copied (fairseq's BART does the same)
+            return encoder_out
+        new = super().reorder_encoder_out(encoder_out, new_order)
+        for key in ("l0drop_gates", "l0drop_log_count", "l0drop_kept_index", "l0drop_pruned"):
+            if key in encoder_out:
+                new[key] = [t.index_select(0, new_order) for t in encoder_out[key]]
+        return new
+
+
+class CountAwareDecoderLayer(TransformerDecoderLayerBase):
+    """fairseq's decoder layer with :class:`CountAwareAttention` as encoder-decoder attention."""
+
+    def build_encoder_attention(self, embed_dim, cfg):
+        return CountAwareAttention(
+            embed_dim,
+            cfg.decoder.attention_heads,
+            kdim=cfg.encoder.embed_dim,
+            vdim=cfg.encoder.embed_dim,
+            dropout=cfg.attention_dropout,
+            encoder_decoder_attention=True,
+            q_noise=self.quant_noise,
+            qn_block_size=self.quant_noise_block_size,
+        )
+
+
+class L0DropTransformerDecoder(TransformerDecoder):
+    """TransformerDecoder that reads the compressed memory: count-aware encoder-decoder attention, and
+    attention weights mapped back to the original source positions for --print-alignment / --replace-unk."""
+
+    def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=False, output_projection=None):
+        super().__init__(args, dictionary, embed_tokens, no_encoder_attn, output_projection)
+        self.beam_size = 1
+
+    def build_decoder_layer(self, cfg, no_encoder_attn=False):
+        cfg = TransformerConfig.from_namespace(cfg)
+        layer = CountAwareDecoderLayer(cfg, no_encoder_attn)
+        if cfg.checkpoint_activations:
+            layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
+        return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not cfg.checkpoint_activations else 0)
+
+    def set_beam_size(self, beam_size):
+        self.beam_size = beam_size
+        for layer in self.layers:
+            if layer.encoder_attn is not None:
+                layer.encoder_attn.set_beam_size(beam_size)
+
+    def extract_features(self, prev_output_tokens, encoder_out=None, incremental_state=None, **kwargs):
+        compressed = encoder_out is not None and "l0drop_log_count" in encoder_out
+        log_count = encoder_out["l0drop_log_count"][0] if compressed else None
+        for layer in self.layers:
+            if layer.encoder_attn is not None:
+                layer.encoder_attn.log_count = log_count
+        try:
+            x, extra = super().extract_features(prev_output_tokens, encoder_out, incremental_state, **kwargs)
+        finally:
+            for layer in self.layers:
+                if layer.encoder_attn is not None:
+                    layer.encoder_attn.log_count = None
+        attn = extra["attn"][0]
+        if compressed and attn is not None:
+            kept_index, pruned = self._attention_map(encoder_out, incremental_state)
+            rows = attn.size(0) // kept_index.size(0)  # hypotheses per sentence with beam-shared memory
+            if rows > 1:
+                kept_index, pruned = kept_index.repeat_interleave(rows, 0), pruned.repeat_interleave(rows, 0)
+            extra["attn"] = [expand_attention(attn, kept_index, pruned)]
+        return x, extra
+
+    def _attention_map(self, encoder_out, incremental_state):
+        """(kept_index, pruned) of the memory, cached per sentence in incremental decoding."""
+        if incremental_state is not None:
+            cached = self.get_incremental_state(incremental_state, "l0drop_map")
+            if cached is not None:
+                return cached["kept_index"], cached["pruned"]
+        kept_index, pruned = encoder_out["l0drop_kept_index"][0], encoder_out["l0drop_pruned"][0]
+        if incremental_state is not None:
+            self.set_incremental_state(incremental_state, "l0drop_map", {"kept_index": kept_index, "pruned": pruned})
+        return kept_index, pruned
+
+    def reorder_incremental_state(self, incremental_state, new_order):
+        cached = self.get_incremental_state(incremental_state, "l0drop_map")
+        if cached is None or cached["kept_index"].size(0) * self.beam_size == new_order.size(0):
+            return  # rows are per sentence and no sentence finished: nothing moves
+        # rows are per sentence (beam > 1, see set_beam_size) or per hypothesis (beam 1): both map so
+        sentence_order = new_order.reshape(-1, self.beam_size)[:, 0] // self.beam_size
+        self.set_incremental_state(
+            incremental_state,
+            "l0drop_map",
+            {k: v.index_select(0, sentence_order) for k, v in cached.items()},
+        )
+
+
+@register_model("transformer_l0drop")
+class L0DropTransformerModel(TransformerModel):
+    """Transformer with L0Drop on the encoder outputs (Zhang, Titov & Sennrich)."""
+
+    @staticmethod
+    def add_args(parser):
+        TransformerModel.add_args(parser)
+        gen_parser_from_dataclass(parser, L0DropConfig())
+        parser.add_argument("--pruned-decoding", type=eval_bool, default=True, metavar="BOOL", help=PRUNED_DECODING_HELP)
+
+    @classmethod
+    def build_model(cls, args, task):
+        l0drop_defaults(args)
+        if args.l0drop_dropped_as not in DROPPED_AS_CHOICES:
+            raise ValueError(f"--l0drop-dropped-as must be one of {DROPPED_AS_CHOICES}, got {args.l0drop_dropped_as!r}")
+        HardConcrete(args.l0drop_beta, args.l0drop_gamma, args.l0drop_zeta)  # validates the gate options
+        return super().build_model(args, task)
+
+    @classmethod
+    def build_encoder(cls, args, src_dict, embed_tokens):
+        return L0DropTransformerEncoder(args, src_dict, embed_tokens)
+
+    @classmethod
+    def build_decoder(cls, args, tgt_dict, embed_tokens):
+        return L0DropTransformerDecoder(
+            args, tgt_dict, embed_tokens, no_encoder_attn=getattr(args, "no_cross_attention", False)
+        )
+
+    def set_beam_size(self, beam_size):
+        """Called by SequenceGenerator: share the memory across the beam (see CountAwareAttention)."""
+        self.decoder.set_beam_size(beam_size)
+        self.encoder.beamable = beam_size > 1
+
+    def upgrade_state_dict_named(self, state_dict, name):
+        """Let fine-tuning start from a checkpoint without gates (e.g. stock ``transformer``): missing
+        L0Drop parameters take their initial values."""
+        super().upgrade_state_dict_named(state_dict, name)
+        prefix = f"{name}." if name else ""
+        missing = [k for k in self.state_dict() if ".l0drop" in f".{k}" or "layer_l0drops" in k]
+        missing = [k for k in missing if prefix + k not in state_dict]
+        if missing:
+            logger.info("initialising %d L0Drop parameters absent from the checkpoint", len(missing))
+            own = self.state_dict()
+            for k in missing:
+                state_dict[prefix + k] = own[k].clone()
+
+
+def l0drop_defaults(args):
+    """Fill in L0Drop options missing from args (older checkpoints, architecture presets)."""
+    for f in fields(L0DropConfig):
+        if not hasattr(args, f.name):
+            setattr(args, f.name, f.default)
+    if not hasattr(args, "pruned_decoding"):
+        args.pruned_decoding = True
+
+
+@register_model_architecture("transformer_l0drop", "transformer_l0drop")
+def transformer_l0drop(args):
+    l0drop_defaults(args)
+    base_architecture(args)
+
+
+@register_model_architecture("transformer_l0drop", "transformer_l0drop_iwslt_de_en")
+def transformer_l0drop_iwslt_de_en(args):
+    l0drop_defaults(args)
+    transformer_iwslt_de_en(args)
+
+
+@register_model_architecture("transformer_l0drop", "transformer_l0drop_wmt_en_de")
+def transformer_l0drop_wmt_en_de(args):
+    l0drop_defaults(args)
+    transformer_wmt_en_de(args)
+
+
+@register_model_architecture("transformer_l0drop", "transformer_l0drop_wmt_en_de_big")
+def transformer_l0drop_wmt_en_de_big(args):
+    l0drop_defaults(args)
+    transformer_vaswani_wmt_en_de_big(args)

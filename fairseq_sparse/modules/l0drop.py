@@ -1,0 +1,159 @@
+"""L0Drop (Zhang, Titov & Sennrich 2021, "On sparsifying encoder outputs in sequence-to-sequence
+models"): input-dependent HardConcrete gates on encoder states, and the compressed memory that
+decodes exactly like the gated one (Algorithm 1).
+
+Dropped states (gate exactly 0) can mean one of two things, chosen with ``dropped_as``:
+
+* ``"zero"``: a dropped state is the zero vector and stays visible to the decoder. Its key and value
+  are the projection biases, so all dropped states of a sentence get the same attention logit: the
+  compressed memory replaces them by one zero state whose logit is raised by log(count)
+  (Algorithm 1; what the reference code does at test time).
+* ``"mask"``: dropped states are removed from the decoder's attention (what the reference code does
+  in training). A sentence whose states are all dropped attends to a single zero state (the limit of
+  masking everything; it avoids a softmax over nothing).
+
+Training and decoding use the same semantics, so the compressed memory is exact for both.
+"""
+from typing import NamedTuple, Optional
+
+import torch
+from torch import Tensor, nn
+
+from .hard_concrete import HardConcrete
+from .sparsity import SparsityModule, SparsityTerm
+
+DROPPED_AS_CHOICES = ("zero", "mask")
+
+
+class L0Drop(SparsityModule):
+    """Gates g_i ~ HardConcrete(log alpha_i) on encoder states x_i, log alpha_i = x_i . w + b (Eq. 9).
+
+    Args:
+        embed_dim: size of the states x_i
+        hard_concrete: the gate distribution (beta, gamma, zeta)
+        init_bias: initial b. w starts at 0, so every gate starts input-independent at
+            g_hat = clamp(sigmoid(b) * (zeta - gamma) + gamma, 0, 1); the default 3.0 gives g_hat = 1
+            and P(g != 0) = 0.99, i.e. a converged model's function is unchanged at the start of
+            fine-tuning (the paper's main recipe).
+        name: prefix of the logged statistics (``l0drop`` for the gates on the encoder output)
+    """
+
+    penalty_group = "l0drop"
+
+    def __init__(self, embed_dim: int, hard_concrete: HardConcrete, init_bias: float = 3.0, name="l0drop"):
+        super().__init__()
+        self.hard_concrete = hard_concrete
+        self.log_alpha_proj = nn.Linear(embed_dim, 1)
+        self.init_bias = init_bias
+        self.name = name
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        nn.init.zeros_(self.log_alpha_proj.weight)
+        nn.init.constant_(self.log_alpha_proj.bias, self.init_bias)
+
+    def log_alpha(self, x: Tensor) -> Tensor:
+        """log alpha for states x (T x B x C), as B x T, in float32."""
+        return self.log_alpha_proj(x).squeeze(-1).transpose(0, 1).float()
+
+    def forward(self, x: Tensor, padding_mask: Optional[Tensor], alive: Optional[Tensor] = None):
+        """Gate the states x (T x B x C); padding_mask (B x T, True = pad) may be None.
+
+        ``alive`` (B x T) marks states not dropped by an earlier L0Drop layer; those stay dropped.
+        Returns (gated x, gates B x T): sampled gates in training, g_hat (Eq. 13) in eval mode.
+        Records the expected-L0 penalty: mean over sentences of sum_i P(g_i != 0) / n_real (the
+        reference code's per-sentence normalisation), and the expected L0 and the sparsity rate of
+        g_hat per real source token.
+        """
+        log_alpha = self.log_alpha(x)
+        real = torch.ones_like(log_alpha, dtype=torch.bool) if padding_mask is None else ~padding_mask
+        n_real = real.sum(1).clamp(min=1)
+        candidates = real if alive is None else real & alive
+        gates = self.hard_concrete(log_alpha) * candidates
+        x = x * gates.transpose(0, 1).unsqueeze(-1).to(x.dtype)
+
+        p_open = self.hard_concrete.prob_open(log_alpha) * candidates
+        penalty = (p_open.sum(1) / n_real).mean()
+        g_hat = gates if not self.training else self.hard_concrete.deterministic(log_alpha) * candidates
+        tokens = real.sum().detach()
+        self.record(SparsityTerm(
+            group=self.penalty_group,
+            penalty=penalty,
+            stats={
+                f"{self.name}_expected_l0": (p_open.sum().detach(), tokens),
+                f"{self.name}_sparsity": ((real & (g_hat == 0)).sum().detach(), tokens),
+            },
+        ))
+        return x, gates
+
+
+def decoder_padding_mask(gates: Tensor, padding_mask: Optional[Tensor], dropped_as: str) -> Optional[Tensor]:
+    """The key padding mask of the uncompressed gated memory: padding, plus (``mask``) the dropped
+    states, except in sentences where every state was dropped (those attend to their zero states,
+    which is the same as attending to one zero state)."""
+    if dropped_as == "zero":
+        return padding_mask
+    real = torch.ones_like(gates, dtype=torch.bool) if padding_mask is None else ~padding_mask
+    dropped = real & (gates == 0)
+    all_dropped = (dropped == real).all(dim=1, keepdim=True)
+    mask = ~real | (dropped & ~all_dropped)
+    return mask
+
+
+class CompressedMemory(NamedTuple):
+    """The encoder memory of Algorithm 1: [dummy zero state, kept states...], right-padded.
+
+    memory: T' x B x C, T' = 1 + max_b N'_b; row 0 is the dummy zero state.
+    padding_mask: B x T' (True = not attended); the dummy is masked where its count is 0.
+    log_count: B x T' float, log(count) of the dummy (0 where masked) and 0 for kept states;
+        added to the attention logits (count-aware softmax, Algorithm 1 line 7).
+    kept_index: B x T', original position of each kept state (0 for the dummy and padding).
+    pruned: B x T, real states represented by the dummy (they share its attention evenly).
+    """
+
+    memory: Tensor
+    padding_mask: Tensor
+    log_count: Tensor
+    kept_index: Tensor
+    pruned: Tensor
+
+
+def compress(x: Tensor, gates: Tensor, padding_mask: Optional[Tensor], dropped_as: str) -> CompressedMemory:
+    """Algorithm 1, step 1: drop the states whose gate is 0 and add one counted dummy zero state.
+
+    x: gated states T x B x C (kept states already scaled by their gate), gates: B x T.
+    The count of the dummy is N - N' (``zero``) or 1 for a sentence with nothing kept (``mask``).
+    """
+    T, B, C = x.shape
+    real = torch.ones_like(gates, dtype=torch.bool) if padding_mask is None else ~padding_mask
+    kept = real & (gates != 0)
+    n_kept = kept.sum(1)
+    pruned = real & ~kept
+    if dropped_as == "zero":
+        count = pruned.sum(1)
+    else:
+        count = (n_kept == 0).long()
+    width = int(n_kept.max()) if B > 0 else 0
+    # stable sort puts kept positions first, in their original order
+    order = torch.sort((~kept).to(torch.uint8), dim=1, stable=True).indices[:, :width]
+    valid = torch.arange(width, device=x.device).unsqueeze(0) < n_kept.unsqueeze(1)
+    kept_states = x.gather(0, order.t().unsqueeze(-1).expand(width, B, C))
+    kept_states = kept_states * valid.t().unsqueeze(-1).to(x.dtype)
+    memory = torch.cat([x.new_zeros(1, B, C), kept_states], dim=0)
+    mask = torch.cat([(count == 0).unsqueeze(1), ~valid], dim=1)
+    log_count = torch.zeros(B, width + 1, device=x.device, dtype=torch.float32)
+    log_count[:, 0] = count.clamp(min=1).float().log()
+    kept_index = torch.cat([order.new_zeros(B, 1), order * valid], dim=1)
+    return CompressedMemory(memory, mask, log_count, kept_index, pruned)
+
+
+def expand_attention(attn: Tensor, kept_index: Tensor, pruned: Tensor) -> Tensor:
+    """Map attention over a compressed memory (B x T_tgt x T') back to the original source positions
+    (B x T_tgt x T): kept states get their own weight, the dummy's weight is shared evenly by the
+    states it stands for. Equals the attention of the uncompressed gated model."""
+    B, T_tgt, _ = attn.shape
+    full = attn.new_zeros(B, T_tgt, pruned.size(1))
+    # padding slots of kept_index point at position 0 with weight 0; scatter_add keeps them harmless
+    full.scatter_add_(2, kept_index[:, 1:].unsqueeze(1).expand(B, T_tgt, -1), attn[:, :, 1:])
+    share = pruned.to(attn.dtype) / pruned.sum(1, keepdim=True).clamp(min=1).to(attn.dtype)
+    return full + attn[:, :, :1] * share.unsqueeze(1)

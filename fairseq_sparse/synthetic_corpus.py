@@ -1,0 +1,76 @@
+"""A small synthetic parallel corpus for offline demos and tests (no download).
+
+The source language mixes content words (``w17``) with function words (``the3``) that carry no
+information about the target; the target is the content words translated word by word (``w17 ->
+T17``), with adjacent content pairs swapped after a marker word, so attention must move. A model that
+drops the encodings of function words loses nothing, which is what L0Drop should find (paper 000,
+Sec. 6: function words and punctuation get pruned first).
+
+    python -m fairseq_sparse.synthetic_corpus OUT_DIR [--train 20000 --valid 300 --test 300]
+        [--min-len 4 --max-len 20] [--long-test 400]    # also test-long.{src,tgt} of ~400 source tokens
+"""
+import argparse
+import os
+import random
+
+N_CONTENT = 300
+N_FUNCTION = 12
+SWAP = "swap"
+
+
+def make_pair(rng: random.Random, n_content: int, function_rate: float = 0.5):
+    """One (source, target) pair with ``n_content`` content words."""
+    src, tgt = [], []
+    i = 0
+    while i < n_content:
+        while rng.random() < function_rate:
+            src.append(f"the{rng.randrange(N_FUNCTION)}")
+        if i + 1 < n_content and rng.random() < 0.15:
+            a, b = rng.randrange(N_CONTENT), rng.randrange(N_CONTENT)
+            src += [SWAP, f"w{a}", f"w{b}"]
+            tgt += [f"T{b}", f"T{a}"]
+            i += 2
+        else:
+            a = rng.randrange(N_CONTENT)
+            src.append(f"w{a}")
+            tgt.append(f"T{a}")
+            i += 1
+    return " ".join(src), " ".join(tgt)
+
+
+def write_split(path_prefix, pairs):
+    with open(path_prefix + ".src", "w") as fs, open(path_prefix + ".tgt", "w") as ft:
+        for s, t in pairs:
+            fs.write(s + "\n")
+            ft.write(t + "\n")
+
+
+def make_corpus(out_dir, train=20000, valid=300, test=300, min_len=4, max_len=20, long_test=0, seed=1):
+    """Writes {train,valid,test}.{src,tgt} (and test-long.* with ~``long_test`` source tokens)."""
+    os.makedirs(out_dir, exist_ok=True)
+    rng = random.Random(seed)
+    for split, n in (("train", train), ("valid", valid), ("test", test)):
+        write_split(os.path.join(out_dir, split), [make_pair(rng, rng.randint(min_len, max_len)) for _ in range(n)])
+    if long_test:
+        # about 1.6 source tokens per content word at function_rate 0.5 (+ swap markers)
+        write_split(os.path.join(out_dir, "test-long"),
+                    [make_pair(rng, int(long_test / 1.75)) for _ in range(test)])
+    return out_dir
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("out_dir")
+    p.add_argument("--train", type=int, default=20000)
+    p.add_argument("--valid", type=int, default=300)
+    p.add_argument("--test", type=int, default=300)
+    p.add_argument("--min-len", type=int, default=4, help="fewest content words per sentence")
+    p.add_argument("--max-len", type=int, default=20, help="most content words per sentence")
+    p.add_argument("--long-test", type=int, default=0, help="also write test-long.* with about this many source tokens")
+    p.add_argument("--seed", type=int, default=1)
+    a = p.parse_args()
+    make_corpus(a.out_dir, a.train, a.valid, a.test, a.min_len, a.max_len, a.long_test, a.seed)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,12 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="fairseq_sparse",
+    version="0.1.0",
+    description="fairseq plugin: L0Drop, head gates and pruning, sparse attention, simplified decoder",
+    packages=find_packages(include=["fairseq_sparse", "fairseq_sparse.*"]),
+    python_requires=">=3.10",
+    # fairseq itself (fairseq-fixed==0.12.3.1) is installed with --no-deps by scripts/setup_env.sh;
+    # listing it here would drag in torchaudio and another torch.
+    install_requires=["torch==2.13.0", "sacrebleu", "numpy"],
+)
