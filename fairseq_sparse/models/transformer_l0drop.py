@@ -97,7 +97,6 @@ class L0DropTransformerEncoder(TransformerEncoder):
             self.layers[n - 1].register_forward_pre_hook(self._hide_dropped_states, with_kwargs=True)
         self._alive: Optional[Tensor] = None  # states not dropped so far, during one forward pass
         self._pad: Optional[Tensor] = None
-        self.beamable = False
         self.decoding_stats = {"sentences": 0, "src_tokens": 0, "pruned": 0}
 
     # --- L0Drop between layers: forward hooks on fairseq's own encoder layers ---
@@ -167,15 +166,11 @@ class L0DropTransformerEncoder(TransformerEncoder):
             )
 
     def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order):
-        if self.beamable:
-            # beam-shared keys: the decoder caches what it needs per sentence at the first step and
-            # reads nothing from encoder_out afterwards, so nothing is copied (fairseq's BART does the same)
-            return encoder_out
-        new = super().reorder_encoder_out(encoder_out, new_order)
-        for key in ("l0drop_gates", "l0drop_log_count", "l0drop_kept_index", "l0drop_pruned"):
-            if key in encoder_out:
-                new[key] = [t.index_select(0, new_order) for t in encoder_out[key]]
-        return new
+        """Nothing is copied: fairseq's generator calls this at every step, but our decoder reads the
+        memory only at the first step and caches what it needs per sentence from there (keys and
+        values, log counts, the attention map), reordering those caches itself. The memory keeps one
+        row per sentence (fairseq's beamable encoder-decoder attention, as BART uses it)."""
+        return encoder_out
 
 
 class CountAwareDecoderLayer(TransformerDecoderLayerBase):
@@ -198,22 +193,12 @@ class L0DropTransformerDecoder(TransformerDecoder):
     """TransformerDecoder that reads the compressed memory: count-aware encoder-decoder attention, and
     attention weights mapped back to the original source positions for --print-alignment / --replace-unk."""
 
-    def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=False, output_projection=None):
-        super().__init__(args, dictionary, embed_tokens, no_encoder_attn, output_projection)
-        self.beam_size = 1
-
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
         cfg = TransformerConfig.from_namespace(cfg)
         layer = CountAwareDecoderLayer(cfg, no_encoder_attn)
         if cfg.checkpoint_activations:
             layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
         return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not cfg.checkpoint_activations else 0)
-
-    def set_beam_size(self, beam_size):
-        self.beam_size = beam_size
-        for layer in self.layers:
-            if layer.encoder_attn is not None:
-                layer.encoder_attn.set_beam_size(beam_size)
 
     def extract_features(self, prev_output_tokens, encoder_out=None, incremental_state=None, **kwargs):
         compressed = encoder_out is not None and "l0drop_log_count" in encoder_out
@@ -230,14 +215,14 @@ class L0DropTransformerDecoder(TransformerDecoder):
         attn = extra["attn"][0]
         if compressed and attn is not None:
             kept_index, pruned = self._attention_map(encoder_out, incremental_state)
-            rows = attn.size(0) // kept_index.size(0)  # hypotheses per sentence with beam-shared memory
+            rows = attn.size(0) // kept_index.size(0)  # hypotheses per sentence (shared memory)
             if rows > 1:
                 kept_index, pruned = kept_index.repeat_interleave(rows, 0), pruned.repeat_interleave(rows, 0)
             extra["attn"] = [expand_attention(attn, kept_index, pruned)]
         return x, extra
 
     def _attention_map(self, encoder_out, incremental_state):
-        """(kept_index, pruned) of the memory, cached per sentence in incremental decoding."""
+        """(kept_index, pruned) of the memory, one row per sentence; cached in incremental decoding."""
         if incremental_state is not None:
             cached = self.get_incremental_state(incremental_state, "l0drop_map")
             if cached is not None:
@@ -248,15 +233,17 @@ class L0DropTransformerDecoder(TransformerDecoder):
         return kept_index, pruned
 
     def reorder_incremental_state(self, incremental_state, new_order):
+        """Keep the cached attention map in step with the generator: new_order lists the surviving
+        hypotheses (sentence * beam + k); rows move only when sentences finish."""
         cached = self.get_incremental_state(incremental_state, "l0drop_map")
-        if cached is None or cached["kept_index"].size(0) * self.beam_size == new_order.size(0):
-            return  # rows are per sentence and no sentence finished: nothing moves
-        # rows are per sentence (beam > 1, see set_beam_size) or per hypothesis (beam 1): both map so
-        sentence_order = new_order.reshape(-1, self.beam_size)[:, 0] // self.beam_size
+        if cached is None:
+            return
+        beam = self.layers[0].encoder_attn.beam_size  # hypotheses per sentence, set at the first step
+        if cached["kept_index"].size(0) * beam == new_order.size(0):
+            return
+        sentence_order = new_order.reshape(-1, beam)[:, 0] // beam
         self.set_incremental_state(
-            incremental_state,
-            "l0drop_map",
-            {k: v.index_select(0, sentence_order) for k, v in cached.items()},
+            incremental_state, "l0drop_map", {k: v.index_select(0, sentence_order) for k, v in cached.items()}
         )
 
 
@@ -287,11 +274,6 @@ class L0DropTransformerModel(TransformerModel):
         return L0DropTransformerDecoder(
             args, tgt_dict, embed_tokens, no_encoder_attn=getattr(args, "no_cross_attention", False)
         )
-
-    def set_beam_size(self, beam_size):
-        """Called by SequenceGenerator: share the memory across the beam (see CountAwareAttention)."""
-        self.decoder.set_beam_size(beam_size)
-        self.encoder.beamable = beam_size > 1
 
     def upgrade_state_dict_named(self, state_dict, name):
         """Let fine-tuning start from a checkpoint without gates (e.g. stock ``transformer``): missing

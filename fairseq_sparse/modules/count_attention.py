@@ -7,37 +7,35 @@ from torch import Tensor
 
 
 class CountAwareAttention(MultiheadAttention):
-    """fairseq's MultiheadAttention with two additions for encoder-decoder attention:
+    """fairseq's MultiheadAttention, for encoder-decoder attention, with two additions:
 
     * a per-key additive logit bias ``log_count`` (B x S, set by the decoder before each call):
       softmax over e_i + log c_i equals c_i exp(e_i) / sum_j c_j exp(e_j), the count-aware softmax of
-      Algorithm 1. It is cached with the keys in incremental decoding and reordered with them.
-    * beam-shared keys only in incremental decoding: ``set_beam_size`` (called by SequenceGenerator)
-      makes the key/value cache hold one copy per sentence, as in fairseq's BART; full-sequence
-      passes (training, validation, scoring) always have one row per sentence.
+      Algorithm 1. In incremental decoding it is cached and reordered with the keys.
+    * a memory shared by the hypotheses of a sentence in incremental decoding: the encoder does not
+      expand its output over the beam (see ``L0DropTransformerEncoder.reorder_encoder_out``), so at the
+      first step query rows / memory rows = hypotheses per sentence becomes fairseq's ``beam_size``
+      and the key/value cache holds one copy per sentence (fairseq's beamable attention, as in BART).
+      Full-sequence passes (training, validation, scoring) have one row per sentence.
     """
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.log_count: Optional[Tensor] = None
-        self.decoding_beam_size = 1
         self._call_bias: Optional[Tensor] = None
 
-    def set_beam_size(self, beam_size):
-        self.decoding_beam_size = beam_size
-
     def forward(self, query, key, value, key_padding_mask=None, incremental_state=None, **kwargs):
-        self.beam_size = self.decoding_beam_size if incremental_state is not None else 1
         bias = self.log_count
-        if incremental_state is not None:
+        if incremental_state is None:
+            self.beam_size = 1
+        else:
             saved = self._get_input_buffer(incremental_state)
-            if "prev_log_count" in saved:
-                bias = saved["prev_log_count"]
-            elif bias is not None:
-                if self.beam_size > 1 and bias.size(0) == query.size(1):
-                    bias = bias[:: self.beam_size]  # the keys are reduced the same way
-                saved["prev_log_count"] = bias
-                self._set_input_buffer(incremental_state, saved)
+            if "prev_key" not in saved and key is not None:  # first decoding step
+                self.beam_size = max(1, query.size(1) // key.size(1))
+                if bias is not None:
+                    saved["prev_log_count"] = bias
+                    self._set_input_buffer(incremental_state, saved)
+            bias = saved.get("prev_log_count")
         self._call_bias = bias
         try:
             return super().forward(query, key, value, key_padding_mask=key_padding_mask,
@@ -49,7 +47,7 @@ class CountAwareAttention(MultiheadAttention):
         bias = self._call_bias
         if bias is None:
             return attn_weights
-        rows = bias.size(0)  # one per query row, or one per sentence with beam-shared keys
+        rows = bias.size(0)  # one per query row, or one per sentence with a shared memory
         biased = attn_weights.view(rows, -1, self.num_heads, tgt_len, src_len) + bias.to(
             attn_weights.dtype
         ).view(rows, 1, 1, 1, src_len)

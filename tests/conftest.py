@@ -1,0 +1,78 @@
+"""Shared fixtures: a tiny synthetic corpus binarised with fairseq-preprocess, and small checkpoints
+trained with the real fairseq-train console script (session-scoped, built once per test run)."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+USER_DIR = os.path.join(REPO, "fairseq_sparse")
+BIN = os.path.dirname(sys.executable)  # console scripts of the venv that runs the tests
+
+# a model small enough to train in seconds on 2 CPU cores
+TINY_MODEL = [
+    "--encoder-layers", "2", "--decoder-layers", "2",
+    "--encoder-embed-dim", "64", "--decoder-embed-dim", "64",
+    "--encoder-ffn-embed-dim", "128", "--decoder-ffn-embed-dim", "128",
+    "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
+    "--share-all-embeddings", "--dropout", "0.1",
+]
+TRAIN_COMMON = [
+    "--optimizer", "adam", "--lr", "2e-3", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "100",
+    "--max-tokens", "3000", "--log-interval", "50", "--no-epoch-checkpoints", "--cpu", "--seed", "1",
+    "--no-progress-bar", "--num-workers", "0",
+]
+
+
+def console(name):
+    return os.path.join(BIN, name)
+
+
+def run(cmd, cwd=None, check=True, **kwargs):
+    """Run a console script; on failure show its output."""
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, **kwargs)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def fairseq_train(data_bin, save_dir, extra, max_update):
+    cmd = [console("fairseq-train"), data_bin, "--user-dir", USER_DIR, "--save-dir", save_dir,
+           "--max-update", str(max_update)] + TRAIN_COMMON + extra
+    return run(cmd)
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory):
+    """dict(raw=..., bin=...): synthetic en-like -> de-like corpus, binarised with a joined dictionary."""
+    from fairseq_sparse.synthetic_corpus import make_corpus
+
+    root = tmp_path_factory.mktemp("corpus")
+    raw = make_corpus(str(root / "raw"), train=4000, valid=100, test=60, min_len=2, max_len=12)
+    data_bin = str(root / "bin")
+    run([console("fairseq-preprocess"), "--source-lang", "src", "--target-lang", "tgt",
+         "--trainpref", f"{raw}/train", "--validpref", f"{raw}/valid", "--testpref", f"{raw}/test",
+         "--destdir", data_bin, "--joined-dictionary", "--workers", "1"])
+    return {"raw": raw, "bin": data_bin, "root": str(root)}
+
+
+@pytest.fixture(scope="session")
+def stock_transformer_ckpt(corpus, tmp_path_factory):
+    """A stock fairseq `transformer` trained briefly (the converged model of the paper's recipe)."""
+    save = str(tmp_path_factory.mktemp("stock"))
+    fairseq_train(corpus["bin"], save, ["--arch", "transformer", "--criterion", "label_smoothed_cross_entropy",
+                                        "--label-smoothing", "0.1"] + TINY_MODEL, max_update=400)
+    return os.path.join(save, "checkpoint_last.pt")
+
+
+@pytest.fixture(scope="session")
+def l0drop_ckpt(corpus, stock_transformer_ckpt, tmp_path_factory):
+    """transformer_l0drop fine-tuned from the stock checkpoint with lambda 0.3 (paper 000's recipe)."""
+    save = str(tmp_path_factory.mktemp("l0drop"))
+    fairseq_train(corpus["bin"], save, [
+        "--arch", "transformer_l0drop", "--criterion", "label_smoothed_cross_entropy_with_sparsity",
+        "--label-smoothing", "0.1", "--l0drop-lambda", "0.3", "--finetune-from-model", stock_transformer_ckpt,
+    ] + TINY_MODEL, max_update=200)
+    return os.path.join(save, "checkpoint_last.pt")
