@@ -9,4 +9,10 @@ setup(
     # fairseq itself (fairseq-fixed==0.12.3.1) is installed with --no-deps by scripts/setup_env.sh;
     # listing it here would drag in torchaudio and another torch.
     install_requires=["torch==2.13.0", "sacrebleu", "numpy"],
+    entry_points={
+        "console_scripts": [
+            "fairseq-sparse-gates = fairseq_sparse.cli.l0drop_gates:cli_main",
+            "fairseq-sparse-corpus = fairseq_sparse.synthetic_corpus:main",
+        ]
+    },
 )

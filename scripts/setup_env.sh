@@ -13,7 +13,8 @@ want=$(cat requirements.txt setup.py scripts/setup_env.sh | sha1sum | cut -d' ' 
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
-pip() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@"; }
+# (this machine's pip config names local index folders that may be absent: drop those warnings)
+pip() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2); }
 pip install --upgrade 'pip<26' wheel setuptools
 # torch first, the CPU build on local disk; any other torch would pull a CUDA build.
 pip install torch==2.13.0
