@@ -1,0 +1,281 @@
+"""Pruned decoding is exact: fairseq's SequenceGenerator with the compressed memory of Algorithm 1
+gives the same hypotheses, scores and (source-position) attention as the uncompressed gated model,
+and, with every gate open, as a stock fairseq ``transformer`` with the same weights.
+
+Everything runs in-process on the ``l0drop_ckpt`` fixture (fine-tuned with the real fairseq-train).
+"""
+import copy
+import math
+import warnings
+
+import pytest
+import torch
+from fairseq import checkpoint_utils
+from fairseq.models.transformer import TransformerModel
+from fairseq.sequence_generator import SequenceGenerator
+
+import fairseq_sparse  # noqa: F401  (registers the model)
+
+LN11 = math.log(11.0)
+SCORE_TOL = 1e-4
+ATTN_TOL = 1e-5
+
+
+def load(ckpt, data, **overrides):
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([ckpt], arg_overrides=dict(data=data, **overrides))
+    task.load_dataset("test")
+    return models[0].eval(), cfg, task
+
+
+@pytest.fixture(scope="module")
+def loaded(l0drop_ckpt, corpus):
+    return load(l0drop_ckpt, corpus["bin"])
+
+
+@pytest.fixture
+def model(loaded):
+    return copy.deepcopy(loaded[0])
+
+
+@pytest.fixture(scope="module")
+def task(loaded):
+    return loaded[2]
+
+
+def mixed_batch(task, n=12):
+    """Sentences of the test set spread over all source lengths (left-padded, as fairseq does)."""
+    ds = task.dataset("test")
+    order = sorted(range(len(ds)), key=lambda i: (int(ds.src_sizes[i]), i))
+    step = max(1, len(order) // n)
+    idx = order[::step][:n - 1] + [order[-1]]
+    sample = ds.collater([ds[i] for i in idx])
+    lengths = sample["net_input"]["src_lengths"]
+    assert lengths.min() < lengths.max()
+    return sample
+
+
+def tiny_sources_batch(task):
+    """A batch with a one-token source (EOS only), a one-word source, and longer sentences."""
+    ds = task.dataset("test")
+    eos = task.source_dictionary.eos()
+    word = task.source_dictionary.index("w5")
+    assert word != task.source_dictionary.unk()
+    items = [ds[0], ds[1], ds[2]]
+    items.append({"id": 3, "source": torch.tensor([eos]), "target": ds[3]["target"]})
+    items.append({"id": 4, "source": torch.tensor([word, eos]), "target": ds[4]["target"]})
+    return ds.collater(items)
+
+
+def generate(model, task, sample, beam):
+    gen = SequenceGenerator([model], task.target_dictionary, beam_size=beam, max_len_a=0, max_len_b=20)
+    with torch.no_grad():
+        return gen.generate([model], sample)
+
+
+def gates_of(model, sample):
+    """Output gates (B x T, g_hat in eval mode) and the padding mask of ``sample``."""
+    enc = model.encoder
+    saved = enc.pruned_decoding
+    enc.pruned_decoding = False
+    try:
+        with torch.no_grad():
+            out = enc(sample["net_input"]["src_tokens"], sample["net_input"]["src_lengths"])
+    finally:
+        enc.pruned_decoding = saved
+    return out["l0drop_gates"][0], sample["net_input"]["src_tokens"].eq(enc.padding_idx)
+
+
+def sparsity(model, sample):
+    gates, pad = gates_of(model, sample)
+    return float(((gates == 0) & ~pad).sum()) / float((~pad).sum())
+
+
+def set_gate(l0drop, weight=None, bias=None):
+    with torch.no_grad():
+        if weight is not None:
+            l0drop.log_alpha_proj.weight.fill_(weight)
+        if bias is not None:
+            l0drop.log_alpha_proj.bias.fill_(bias)
+
+
+def drop_fraction(model, l0drop, sample, frac, seed=0):
+    """Rescale ``l0drop``'s w and set its bias so that log alpha <= -ln 11 (g_hat = 0) for about ``frac``
+    of the real states it sees on ``sample``, and the upper half of the kept states is fully open
+    (g_hat = 1); a random w if it has none. A deterministic way to get mixed gates."""
+    w = l0drop.log_alpha_proj.weight
+    if w.detach().abs().max() == 0:
+        with torch.no_grad():
+            w.copy_(torch.randn(w.shape, generator=torch.Generator().manual_seed(seed)))
+    seen = []
+    handle = l0drop.register_forward_pre_hook(lambda mod, args: seen.append((args[0], args[1])))
+    try:
+        gates_of(model, sample)
+    finally:
+        handle.remove()
+    x, pad = seen[0]
+    with torch.no_grad():
+        vals = (x @ w.view(-1)).t()[~pad].double().sort().values  # x.w of the real states
+        n = vals.numel()
+        k = min(n - 1, max(1, int(round(frac * n))))  # states 0..k-1 dropped
+        q = (vals[k - 1] + vals[k]).item() / 2  # midway, so no state sits on the threshold
+        hi = vals[min(n - 1, (k + n) // 2)].item()
+        scale = 2 * LN11 / max(hi - q, 1e-3)  # log alpha(hi) = +ln 11: g_hat = 1 from there on
+        w.mul_(scale)
+        l0drop.log_alpha_proj.bias.fill_(-LN11 - scale * q)
+
+
+def assert_same_hypos(a, b, check_attention=True):
+    assert len(a) == len(b)
+    for hyps_a, hyps_b in zip(a, b):
+        assert len(hyps_a) == len(hyps_b)
+        for ha, hb in zip(hyps_a, hyps_b):
+            assert ha["tokens"].tolist() == hb["tokens"].tolist()
+            assert ha["score"] == pytest.approx(float(hb["score"]), abs=SCORE_TOL)
+            assert torch.allclose(ha["positional_scores"], hb["positional_scores"], atol=SCORE_TOL)
+            if check_attention:
+                assert ha["attention"].shape == hb["attention"].shape
+                assert torch.allclose(ha["attention"], hb["attention"], atol=ATTN_TOL), (
+                    (ha["attention"] - hb["attention"]).abs().max())
+
+
+def pruned_vs_unpruned(model, task, sample, beam, dropped_as):
+    model.encoder.dropped_as = dropped_as
+    model.encoder.pruned_decoding = True
+    # the two settings really decode from different memories: N' + 1 rows instead of N
+    gates, pad = gates_of(model, sample)
+    with torch.no_grad():
+        mem = model.encoder(sample["net_input"]["src_tokens"], sample["net_input"]["src_lengths"])["encoder_out"][0]
+    assert mem.size(0) == 1 + int(((gates != 0) & ~pad).sum(1).max())
+    pruned = generate(model, task, sample, beam)
+    model.encoder.pruned_decoding = False
+    full = generate(model, task, sample, beam)
+    model.encoder.pruned_decoding = True
+    assert_same_hypos(pruned, full)
+    return pruned, full
+
+
+def make_mixed(model, sample):
+    """Gates that prune some but not all states of the batch: the trained checkpoint's own if they do;
+    otherwise (documented fallback, with a warning) the output gate's w is rescaled and its bias set
+    so that 40% of the batch's states are pruned deterministically. The short fixture fine-tuning
+    (200 updates) lowers the gates but may not close any of them exactly."""
+    s = sparsity(model, sample)
+    if not 0.0 < s < 1.0:
+        warnings.warn(f"l0drop_ckpt prunes {s:.0%} of the test batch; pruning 40% with a set gate bias instead")
+        drop_fraction(model, model.encoder.l0drop, sample, 0.4)
+        s = sparsity(model, sample)
+    assert 0.0 < s < 1.0
+    return s
+
+
+def test_checkpoint_gates_are_mixed(model, task):
+    """The sparsity of the decoded model on the batch is strictly between 0 and 1, and the trained
+    checkpoint's gates are not all fully open (fine-tuning with lambda 0.3 lowered some)."""
+    sample = mixed_batch(task)
+    gates, pad = gates_of(model, sample)
+    assert (gates[~pad] < 1).any()
+    s = make_mixed(model, sample)
+    assert 0.0 < sparsity(model, sample) == s < 1.0
+
+
+@pytest.mark.parametrize("dropped_as", ["zero", "mask"])
+@pytest.mark.parametrize("beam", [1, 4])
+def test_pruned_decoding_is_exact(model, task, beam, dropped_as):
+    sample = mixed_batch(task)
+    make_mixed(model, sample)
+    pruned, full = pruned_vs_unpruned(model, task, sample, beam, dropped_as)
+    assert all(len(h) == beam for h in pruned)
+    # the batch has sentences finishing at different steps
+    assert len({len(h[0]["tokens"]) for h in full}) > 1
+    # attention rows are distributions over the original source positions, zero on padding
+    pad = sample["net_input"]["src_tokens"].eq(model.encoder.padding_idx)
+    for i, hyps in enumerate(pruned):
+        attn = hyps[0]["attention"]  # src_len x tgt_len
+        assert torch.allclose(attn.sum(0), torch.ones(attn.size(1)), atol=1e-5)
+        assert (attn[pad[i]] == 0).all()
+
+
+@pytest.mark.parametrize("dropped_as", ["zero", "mask"])
+@pytest.mark.parametrize("case", ["nothing_pruned", "everything_pruned"])
+def test_extreme_gates(model, task, case, dropped_as):
+    sample = mixed_batch(task)
+    set_gate(model.encoder.l0drop, weight=0.0, bias=20.0 if case == "nothing_pruned" else -20.0)
+    s = sparsity(model, sample)
+    assert s == (0.0 if case == "nothing_pruned" else 1.0)
+    for beam in (1, 4):
+        pruned_vs_unpruned(model, task, sample, beam, dropped_as)
+    if case == "everything_pruned":
+        # only the dummy remains in the memory
+        model.encoder.dropped_as = dropped_as
+        with torch.no_grad():
+            out = model.encoder(sample["net_input"]["src_tokens"], sample["net_input"]["src_lengths"])
+        assert out["encoder_out"][0].shape[0] == 1 and (out["encoder_out"][0] == 0).all()
+
+
+@pytest.mark.parametrize("dropped_as", ["zero", "mask"])
+def test_one_token_sources(model, task, dropped_as):
+    sample = tiny_sources_batch(task)
+    assert sorted(sample["net_input"]["src_lengths"].tolist())[:2] == [1, 2]
+    drop_fraction(model, model.encoder.l0drop, sample, 0.4)
+    gates, pad = gates_of(model, sample)
+    assert ((gates == 0) & ~pad).any() and ((gates != 0) & ~pad).any()
+    for beam in (1, 4):
+        pruned_vs_unpruned(model, task, sample, beam, dropped_as)
+    # the EOS-only source dropped, then kept
+    row = sample["net_input"]["src_lengths"].tolist().index(1)
+    for bias in (-20.0, 20.0):
+        set_gate(model.encoder.l0drop, weight=0.0, bias=bias)
+        pruned_vs_unpruned(model, task, sample, 4, dropped_as)
+        g, _ = gates_of(model, sample)
+        assert g[row, -1].item() == (0.0 if bias < 0 else 1.0)
+
+
+def stock_copy(model, cfg, task):
+    """A stock fairseq TransformerModel with the same weights (the L0Drop parameters left out)."""
+    args = copy.deepcopy(cfg.model)
+    args.arch = "transformer"
+    stock = TransformerModel.build_model(args, task)
+    assert type(stock) is TransformerModel
+    state = {k: v for k, v in model.state_dict().items() if "l0drop" not in k}
+    stock.load_state_dict(state, strict=True)
+    return stock.eval()
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_open_gates_equal_stock_transformer(loaded, model, task, beam):
+    """With every gate fully open our model is a stock transformer: same hypotheses and scores, which
+    checks the shared-memory beam search (no encoder reordering) against fairseq's own."""
+    cfg = loaded[1]
+    set_gate(model.encoder.l0drop, weight=0.0, bias=20.0)
+    stock = stock_copy(model, cfg, task)
+    for sample in (mixed_batch(task), tiny_sources_batch(task)):
+        ref = generate(stock, task, sample, beam)
+        assert len({len(h[0]["tokens"]) for h in ref}) > 1  # sentences finish at different steps
+        for pruned in (True, False):
+            model.encoder.pruned_decoding = pruned
+            assert_same_hypos(generate(model, task, sample, beam), ref)
+
+
+@pytest.mark.parametrize("dropped_as", ["zero", "mask"])
+def test_between_layers_pruned_decoding_is_exact(l0drop_ckpt, corpus, dropped_as):
+    """--l0drop-between-layers: states dropped after layer 1 stay dropped; pruned decoding agrees."""
+    model, cfg, task = load(l0drop_ckpt, corpus["bin"], l0drop_between_layers=True)
+    enc = model.encoder
+    assert enc.layer_l0drops is not None and len(enc.layer_l0drops) == len(enc.layers) - 1
+    enc.dropped_as = dropped_as
+    sample = mixed_batch(task)
+    drop_fraction(model, enc.layer_l0drops[0], sample, 0.3, seed=1)
+    # capture which states the between-layer gate dropped
+    seen = []
+    handle = enc.layer_l0drops[0].register_forward_hook(lambda mod, args, out: seen.append(out[1]))
+    gates, pad = gates_of(model, sample)
+    handle.remove()
+    layer_dropped = (seen[-1] == 0) & ~pad
+    assert layer_dropped.any() and (~layer_dropped & ~pad).any()
+    assert (gates[layer_dropped] == 0).all()  # dropped earlier -> dropped at the output
+    # the output gates drop some more states
+    drop_fraction(model, enc.l0drop, sample, 0.2, seed=2)
+    gates, pad = gates_of(model, sample)
+    assert ((gates == 0) & ~pad & ~layer_dropped).any() and ((gates != 0) & ~pad).any()
+    for beam in (1, 4):
+        pruned_vs_unpruned(model, task, sample, beam, dropped_as)
