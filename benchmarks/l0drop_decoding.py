@@ -1,0 +1,600 @@
+#!/usr/bin/env python
+"""Decoding speed of L0Drop's pruned decoding, side by side in one run (paper 000, Table 1).
+
+Three variants decode the same inputs with fairseq's SequenceGenerator (beam search):
+
+  pruned    transformer_l0drop, pruned decoding on (the compressed memory of Algorithm 1)
+  unpruned  the same checkpoint with pruned decoding off (``pruned_decoding=False``): the decoder
+            attends to all N gated encoder states
+  stock     fairseq's own ``transformer`` of the same size, holding the same weights (the checkpoint's
+            state dict minus the L0Drop gate parameters). Without gates its encoder output differs, so
+            its hypotheses differ too: it is a speed baseline only (same shapes, same amount of work).
+
+The output length is forced (``min_len = max_len = --out-len``, default 60 tokens + EOS, via
+``max_len_a=0, max_len_b=out_len, min_len=out_len``) so that every variant runs the same number of
+beam steps whatever its weights; pruned and unpruned must give identical hypotheses (checked and
+printed: the pruned memory is exact).
+
+Without ``--path`` the models are built in-process with random weights (transformer-base by
+default: 6+6 layers, 512 dim, 8 heads, FFN 2048, 8k joined dummy vocabulary) and saved as fairseq
+checkpoints in a temporary folder, so both cases go through the same loading code. The gate
+w, b of log alpha = x.w + b are set so that a fraction ``--sparsity`` of the source states closes:
+w is a fixed random direction, and b puts the gate's closing point (log alpha = -log 11, where
+g_hat = clamp(sigmoid(log alpha) * 1.2 - 0.1, 0, 1) reaches 0) at the ``--sparsity`` quantile of x.w
+over a calibration batch of random sources of the same length (not the benchmark batch). With
+random weights x.w drifts with the source length, so each length gets its own checkpoint that
+differs only in that bias. The set of closed states is random but fixed (it depends on the token
+and its context); the sparsity measured on each benchmark batch is printed.
+With ``--path CKPT --data DIR`` the sources are the ``--gen-subset`` sentences of DIR concatenated
+and cut into pieces of the benchmark lengths (random tokens if that subset is missing), and the
+sparsity is whatever the checkpoint's gates give.
+
+Timing: for each source length one fresh subprocess loads all variants (and the unpruned model on
+the short source, below), runs one warm-up generate per variant (whose hypotheses are the ones
+compared), then ``--repeats`` rounds that time one generate per variant, in an order rotated every
+round, so that load changes on a shared machine hit all variants alike; the median per variant is
+reported, and pruned/unpruned also as the median of per-round ratios ("paired"). The clock is the
+wall clock (CUDA synchronised), or with ``--clock cpu`` the process's CPU time, which is steadier
+when other jobs share the cores (use it with ``--threads 1``: with more threads, waiting threads'
+spinning counts too). Memory: on CPU, one fresh subprocess per variant and length loads the model
+and runs one generate; its peak resident set size (``ru_maxrss``: model + torch + decoding) and its
+RSS right after loading are printed (``peak - loaded`` ~ what decoding added; the stock variant's
+"loaded" includes the L0Drop model it was copied from). On CUDA: ``torch.cuda.max_memory_allocated``
+during the warm-up generate.
+
+Amdahl bound. Pruning shortens only the memory the decoder attends to, so it can only remove the
+part of the time that grows with the source length. ``share`` = (t_L - t_short) / t_L, with t the
+generate time of the unpruned model at source length L and at a very short source (``--short-len``,
+8 tokens); the bound on pruned/unpruned is 1 / (1 - share * sparsity). That share also counts work
+that grows with the source but is not pruned (the encoder; the generator's attention buffer of
+B*beam x N x steps), so a second, tighter bound is printed: share_dec counts only the decoder's
+growth (encoder time, measured separately, removed from both t_L and t_short) and the sparsity is
+the memory's actual shrinkage 1 - T'/N (T' = 1 + max kept states in the batch: the counted dummy
+state and padding to the longest kept sequence are attended too).
+
+Usage:
+  python benchmarks/l0drop_decoding.py                      # CPU, full settings (quiet machine)
+  python benchmarks/l0drop_decoding.py --threads 1 --clock cpu   # the same on a shared, busy machine (~16 min)
+  python benchmarks/l0drop_decoding.py --quick --threads 1 --clock cpu   # about 2.5 minutes
+  python benchmarks/l0drop_decoding.py --device cuda --fp16
+  python benchmarks/l0drop_decoding.py --path ckpt.pt --data data-bin --json out.json
+"""
+import argparse
+import json
+import math
+import os
+import resource
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+USER_DIR = os.path.join(REPO, "fairseq_sparse")
+VARIANTS = ("stock", "unpruned", "pruned")
+LOG_11 = math.log(11.0)  # HardConcrete with gamma=-0.1, zeta=1.1: g_hat = 0 iff log alpha <= -log 11
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--path", help="a transformer_l0drop checkpoint (default: build a random model in-process)")
+    p.add_argument("--data", help="the checkpoint's data-bin folder (dictionaries; sources from --gen-subset)")
+    p.add_argument("--gen-subset", default="test", help="with --data: the subset whose sentences make the sources")
+    p.add_argument("--lengths", default="25,400,800", help="source lengths in tokens, EOS included (comma list)")
+    p.add_argument("--short-len", type=int, default=8, help="very short source used to estimate the Amdahl share")
+    p.add_argument("--batch-size", type=int, default=10)
+    p.add_argument("--beam", type=int, default=4)
+    p.add_argument("--out-len", type=int, default=60, help="forced output length (tokens before EOS)")
+    p.add_argument("--repeats", type=int, default=3, help="timed generates per measurement (median reported)")
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--sparsity", type=float, default=0.7, help="random model only: fraction of source states pruned")
+    p.add_argument("--layers", type=int, default=6, help="random model: encoder and decoder layers")
+    p.add_argument("--dim", type=int, default=512, help="random model: embedding dim")
+    p.add_argument("--heads", type=int, default=8, help="random model: attention heads")
+    p.add_argument("--ffn", type=int, default=2048, help="random model: FFN dim")
+    p.add_argument("--vocab", type=int, default=8000, help="random model: joined vocabulary size")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--variants", default=",".join(VARIANTS), help="which variants to run (comma list)")
+    p.add_argument("--cpu", action="store_true", help="decode on CPU (the default device)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--fp16", action="store_true", help="CUDA only: decode in half precision")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    p.add_argument("--clock", default="wall", choices=["wall", "cpu"],
+                   help="time that the ratios and bounds use: wall clock (default), or the process's CPU time "
+                        "(CPU only; steadier on a shared, loaded machine, best with --threads 1)")
+    p.add_argument("--quick", action="store_true",
+                   help="small and fast (about 2.5 minutes on 2 cores): lengths 25,400, batch 5, out-len 30, 2 repeats")
+    p.add_argument("--json", help="write all results here")
+    p.add_argument("--no-memory", action="store_true", help="CPU: skip the peak-memory subprocesses")
+    p.add_argument("--workdir", help="keep the random checkpoint and child outputs here (default: a temp dir)")
+    p.add_argument("--_child", help=argparse.SUPPRESS)  # internal: JSON spec of one measurement
+    args = p.parse_args(argv)
+    if args.cpu:
+        args.device = "cpu"
+    if args.fp16 and args.device != "cuda":
+        p.error("--fp16 needs --device cuda")
+    if args.clock == "cpu" and args.device != "cpu":
+        p.error("--clock cpu is for CPU decoding")
+    if (args.path is None) != (args.data is None):
+        p.error("--path and --data go together")
+    if args.quick:
+        if args.lengths == "25,400,800":
+            args.lengths = "25,400"
+        args.batch_size, args.out_len = min(args.batch_size, 5), min(args.out_len, 30)
+        args.repeats = min(args.repeats, 2)
+    return args
+
+
+# ---------------------------------------------------------------------------------------------
+# model building and loading (runs in the parent for the random model, in children to decode)
+# ---------------------------------------------------------------------------------------------
+
+def import_plugin():
+    sys.path.insert(0, REPO)
+    import fairseq_sparse  # noqa: F401  (registers transformer_l0drop, allowlists checkpoint classes)
+
+
+def write_dummy_data(data_dir, vocab):
+    """A joined dictionary of `vocab` entries (fairseq's 4 specials + dummy words)."""
+    os.makedirs(data_dir, exist_ok=True)
+    for lang in ("src", "tgt"):
+        with open(os.path.join(data_dir, f"dict.{lang}.txt"), "w") as f:
+            for i in range(vocab - 4):
+                f.write(f"w{i} {vocab - i}\n")
+
+
+def random_sources(dictionary, batch, length, seed):
+    """batch x length token ids (random words, EOS last), as fairseq's translation task makes them."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(dictionary.nspecial, len(dictionary), (batch, length), generator=g)
+    src[:, -1] = dictionary.eos()
+    return src
+
+
+def build_random_checkpoints(args, workdir, lengths):
+    """Build transformer_l0drop with random weights and save one checkpoint per source length, whose
+    gates close a fraction --sparsity of that length's states (all other weights are shared).
+
+    One gate bias for all lengths does not work with random weights: x.w drifts with the source
+    length (random attention averages over more states), e.g. 10% vs 68% closed at 25 vs 400 tokens.
+    Each length's bias is calibrated on its own batch of random sources (not the benchmark batch)."""
+    import torch
+    from fairseq import options, tasks
+
+    import_plugin()
+    data_dir = os.path.join(workdir, "data")
+    write_dummy_data(data_dir, args.vocab)
+    L, D, H, F = args.layers, args.dim, args.heads, args.ffn
+    parser = options.get_training_parser()
+    cmd = [data_dir, "--user-dir", USER_DIR, "--task", "translation", "-s", "src", "-t", "tgt",
+           "--arch", "transformer_l0drop", "--share-all-embeddings", "--seed", str(args.seed),
+           "--encoder-layers", str(L), "--decoder-layers", str(L),
+           "--encoder-embed-dim", str(D), "--decoder-embed-dim", str(D),
+           "--encoder-ffn-embed-dim", str(F), "--decoder-ffn-embed-dim", str(F),
+           "--encoder-attention-heads", str(H), "--decoder-attention-heads", str(H),
+           "--max-source-positions", "1024", "--max-target-positions", "1024"]
+    margs = options.parse_args_and_arch(parser, cmd)
+    torch.manual_seed(args.seed)
+    task = tasks.setup_task(margs)
+    model = task.build_model(margs).eval()
+    d = task.source_dictionary
+    assert len(d) == args.vocab, (len(d), args.vocab)
+    enc = model.encoder
+    proj = enc.l0drop.log_alpha_proj
+    w = torch.randn(D, generator=torch.Generator().manual_seed(args.seed + 1))  # the gate's direction
+    history = [{"criterion_name": "CrossEntropyCriterion", "optimizer_name": "none",
+                "lr_scheduler_state": {"best": None}, "num_updates": 0}]
+    paths = {}
+    for n in lengths:
+        B = max(10, args.batch_size)
+        calib = random_sources(d, B, n, seed=args.seed + 7919 * n + 1)  # not the benchmark batch
+        with torch.no_grad():
+            enc.l0drop.reset_parameters()  # w = 0, b = 3: all gates open, the gated states are the raw ones
+            enc.pruned_decoding = False
+            x = enc(calib, src_lengths=torch.full((B,), n))["encoder_out"][0]
+            enc.pruned_decoding = True
+            s = (x @ w).flatten()
+            q = torch.quantile(s, args.sparsity).item() if args.sparsity > 0 else s.min().item() - 1.0
+            k = 50.0 / s.std().item()  # steep: almost every open gate is fully open
+            proj.weight.copy_((k * w).unsqueeze(0))
+            proj.bias.fill_(-k * q - LOG_11)
+        paths[n] = os.path.join(workdir, f"l0drop_random_len{n}.pt")
+        torch.save({"args": margs, "model": model.state_dict(), "optimizer_history": history,
+                    "extra_state": {"train_iterator": None}}, paths[n])
+    return paths, data_dir
+
+
+def load_models(path, data, variant, device, fp16):
+    """The model of one variant, its task, and its config."""
+    import torch
+    from fairseq import checkpoint_utils
+    from fairseq.models.transformer import TransformerModel
+    from omegaconf import OmegaConf
+
+    import_plugin()
+    overrides = {"data": data, "pruned_decoding": variant == "pruned"}
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides=overrides)
+    model = models[0]
+    if variant == "stock":
+        margs = cfg.model
+        margs = argparse.Namespace(**(vars(margs) if isinstance(margs, argparse.Namespace)
+                                      else OmegaConf.to_container(margs, resolve=True)))
+        margs.arch, margs._name = "transformer", "transformer"
+        stock = TransformerModel.build_model(margs, task)
+        sd = {k: v for k, v in model.state_dict().items() if "l0drop" not in k}
+        stock.load_state_dict(sd, strict=True)
+        model = stock
+    model.eval()
+    if fp16:
+        model.half()
+    model.to(device)
+    return model, task, cfg
+
+
+def make_sources(task, cfg, length, batch, subset, seed):
+    """batch x length sources: consecutive sentences of the subset, concatenated and cut, or random."""
+    import torch
+
+    d = task.source_dictionary
+    try:
+        task.load_dataset(subset)
+        ds = task.dataset(subset).src
+    except Exception:
+        ds = None
+    if ds is None or len(ds) == 0:
+        return random_sources(d, batch, length, seed), "random tokens"
+    need, stream, i = batch * (length - 1), [], 0
+    while sum(t.numel() for t in stream) < need:
+        t = ds[i % len(ds)]
+        stream.append(t[t.ne(d.eos())])
+        i += 1
+    words = torch.cat(stream)[:need].view(batch, length - 1)
+    src = torch.cat([words, torch.full((batch, 1), d.eos(), dtype=words.dtype)], dim=1)
+    return src, f"{subset} sentences, concatenated"
+
+
+def rss_mb():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+# ---------------------------------------------------------------------------------------------
+# one measurement (a child process)
+# ---------------------------------------------------------------------------------------------
+
+def quiet():
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    logging.disable(logging.WARNING)
+
+
+def make_sample(task, cfg, spec, length, device):
+    import torch
+
+    B = spec["batch_size"]
+    src, kind = make_sources(task, cfg, length, B, spec["gen_subset"], seed=spec["seed"] + length)
+    sample = {"id": torch.arange(B, device=device), "net_input": {"src_tokens": src.to(device),
+                                                   "src_lengths": torch.full((B,), length, device=device)}}
+    return sample, kind
+
+
+def measure_times(spec):
+    """Timing child: all variants of one source length (plus the unpruned model on the short source)
+    loaded in one process and timed in interleaved rounds, so that load changes on a shared machine
+    hit all of them alike."""
+    import torch
+    from fairseq.sequence_generator import SequenceGenerator
+
+    quiet()
+    if spec["threads"]:
+        torch.set_num_threads(spec["threads"])
+    device = torch.device(spec["device"])
+    cuda = device.type == "cuda"
+    L = spec["length"]
+    jobs = {}  # name -> (model, sample, generator)
+    source_kind = None
+    for v in spec["variants"]:
+        model, task, cfg = load_models(spec["path"], spec["data"], v, device, spec["fp16"])
+        sample, source_kind = make_sample(task, cfg, spec, L, device)
+        jobs[v] = (model, sample)
+        if v == "unpruned" and spec.get("short_len"):
+            jobs["short"] = (model, make_sample(task, cfg, spec, spec["short_len"], device)[0])
+    gen_task = task
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
+
+    def timed(fn):
+        sync()
+        t0, c0 = time.perf_counter(), time.process_time()
+        out = fn()
+        sync()
+        return (time.perf_counter() - t0, time.process_time() - c0), out
+
+    res = {"length": L, "source": source_kind, "threads": torch.get_num_threads(), "jobs": {}}
+    if cuda:
+        res["gpu"] = torch.cuda.get_device_name()
+    generators = {}
+    for name, (model, sample) in jobs.items():
+        r = res["jobs"][name] = {"times_s": [], "cpu_times_s": [], "encoder_times_s": []}
+        with torch.no_grad():
+            enc_out = model.encoder.forward_torchscript(sample["net_input"])
+        src = sample["net_input"]["src_tokens"]
+        r["length"] = src.size(1)
+        r["memory_len"] = enc_out["encoder_out"][0].size(0)  # T' (pruned) or N
+        if "l0drop_gates" in enc_out and name != "short":
+            gates, pad = enc_out["l0drop_gates"][0], src.eq(gen_task.source_dictionary.pad())
+            r["sparsity"] = ((gates == 0) & ~pad).sum().item() / (~pad).sum().item()
+        generators[name] = SequenceGenerator([model], gen_task.target_dictionary, beam_size=spec["beam"],
+                                             max_len_a=0, max_len_b=spec["out_len"], min_len=spec["out_len"])
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        for _ in range(max(1, spec["warmup"])):  # warm-up; its hypotheses are the ones compared
+            hypos = generators[name].generate([model], sample)
+        if cuda:
+            r["cuda_peak_mb"] = torch.cuda.max_memory_allocated() / 2**20
+        r["hypos"] = [[h["tokens"].tolist() for h in hs] for hs in hypos]
+        r["scores"] = [[float(h["score"]) for h in hs] for hs in hypos]
+        r["out_lengths"] = sorted({len(h["tokens"]) for hs in hypos for h in hs})
+    names = list(jobs)
+    for k in range(spec["repeats"]):
+        order = names[k % len(names):] + names[:k % len(names)]  # rotate the order every round
+        for name in order:
+            model, sample = jobs[name]
+            (t, c), _ = timed(lambda: generators[name].generate([model], sample))
+            res["jobs"][name]["times_s"].append(t)
+            res["jobs"][name]["cpu_times_s"].append(c)
+            if name in ("unpruned", "short"):  # the encoder alone, for share_dec (same encoder in all variants)
+                with torch.no_grad():
+                    (t, c), _ = timed(lambda: model.encoder.forward_torchscript(sample["net_input"]))
+                res["jobs"][name]["encoder_times_s"].append(c if spec["clock"] == "cpu" else t)
+    for r in res["jobs"].values():
+        r["wall_s"] = statistics.median(r["times_s"])
+        r["cpu_s"] = statistics.median(r["cpu_times_s"])
+        r["wall_times_s"] = r["times_s"]
+        if spec["clock"] == "cpu":  # ratios and bounds from the process CPU time
+            r["times_s"] = r["cpu_times_s"]
+        r["time_s"] = statistics.median(r["times_s"])
+        r["encoder_s"] = statistics.median(r["encoder_times_s"]) if r["encoder_times_s"] else None
+        r["sent_per_s"] = spec["batch_size"] / r["time_s"]
+    return res
+
+
+def measure_memory(spec):
+    """Memory child (CPU): one variant at one length in a fresh process, one generate; reports the
+    process's peak RSS (ru_maxrss) and its RSS right after loading the model."""
+    import torch
+    from fairseq.sequence_generator import SequenceGenerator
+
+    quiet()
+    if spec["threads"]:
+        torch.set_num_threads(spec["threads"])
+    model, task, cfg = load_models(spec["path"], spec["data"], spec["variant"], torch.device("cpu"), False)
+    import gc
+
+    gc.collect()
+    loaded = rss_mb()
+    sample, _ = make_sample(task, cfg, spec, spec["length"], torch.device("cpu"))
+    gen = SequenceGenerator([model], task.target_dictionary, beam_size=spec["beam"], max_len_a=0,
+                            max_len_b=spec["out_len"], min_len=spec["out_len"])
+    gen.generate([model], sample)
+    return {"rss_loaded_mb": loaded, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def run_child(args, mode, workdir, **spec):
+    spec.update({"mode": mode, "data": spec.get("data"), "batch_size": args.batch_size, "beam": args.beam,
+                 "out_len": args.out_len, "repeats": args.repeats, "warmup": args.warmup, "device": args.device,
+                 "fp16": args.fp16, "threads": args.threads, "clock": args.clock, "seed": args.seed, "gen_subset": args.gen_subset})
+    out = os.path.join(workdir, f"child_{mode}_{spec.get('variant', 'all')}_{spec['length']}.json")
+    spec["out"] = out
+    cmd = [sys.executable, os.path.abspath(__file__), "--_child", json.dumps(spec)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-6000:])
+        raise SystemExit(f"measurement {mode} {spec.get('variant', '')} @ {spec['length']} failed ({proc.returncode})")
+    with open(out) as f:
+        return json.load(f)
+
+
+# ---------------------------------------------------------------------------------------------
+# the report
+# ---------------------------------------------------------------------------------------------
+
+def amdahl(share, sparsity):
+    return 1.0 / (1.0 - share * sparsity)
+
+
+def summarise(timing, memory):
+    """One row per source length: per-variant numbers, ratios, the Amdahl bounds."""
+    rows = []
+    for L, res in sorted(timing.items()):
+        jobs = res["jobs"]
+        row = {"length": L}
+        for name, r in jobs.items():
+            row[name] = {k: r.get(k) for k in ("time_s", "times_s", "wall_s", "cpu_s", "wall_times_s", "cpu_times_s", "sent_per_s", "encoder_s", "memory_len",
+                                              "sparsity", "cuda_peak_mb", "length", "out_lengths")}
+            row[name].update(memory.get((name, L), {}))
+        p, u, s, short = (jobs.get(k) for k in ("pruned", "unpruned", "stock", "short"))
+        if p:
+            row["sparsity"] = p["sparsity"]
+            row["memory_shrink"] = 1.0 - p["memory_len"] / L
+        if p and u:
+            row["speedup_vs_unpruned"] = u["time_s"] / p["time_s"]
+            # the same ratio taken round by round (paired), then the median: robust to load drift
+            row["speedup_vs_unpruned_paired"] = statistics.median(a / b for a, b in zip(u["times_s"], p["times_s"]))
+            row["identical_hypotheses"] = p["hypos"] == u["hypos"]
+            row["max_score_diff"] = max(abs(a - b) for x, y in zip(p["scores"], u["scores"]) for a, b in zip(x, y))
+        if p and s:
+            row["speedup_vs_stock"] = s["time_s"] / p["time_s"]
+        if u and s:
+            row["unpruned_vs_stock"] = s["time_s"] / u["time_s"]
+        if p and u and short:
+            t_long, t_short = u["time_s"], short["time_s"]
+            share = max(0.0, (t_long - t_short) / t_long)
+            share_dec = max(0.0, ((t_long - u["encoder_s"]) - (t_short - short["encoder_s"])) / t_long)
+            row.update(share=share, share_dec=share_dec, bound=amdahl(share, p["sparsity"]),
+                       bound_dec=amdahl(share_dec, row["memory_shrink"]))
+            sp = row["speedup_vs_unpruned"]
+            row["of_bound"], row["of_bound_dec"] = sp / row["bound"], sp / row["bound_dec"]
+            # the fraction of the possible gain obtained: (speedup - 1) / (bound - 1)
+            # (printed only where the bound leaves a gain worth measuring, > 5%)
+            row["gain_of_bound"] = (sp - 1) / (row["bound"] - 1) if row["bound"] > 1.05 else None
+            row["gain_of_bound_dec"] = (sp - 1) / (row["bound_dec"] - 1) if row["bound_dec"] > 1.05 else None
+        rows.append(row)
+    return rows
+
+
+def fmt(x, spec="{:.2f}"):
+    return "-" if x is None else spec.format(x)
+
+
+def print_report(args, rows, meta):
+    cuda = args.device == "cuda"
+    print()
+    print(f"L0Drop pruned decoding benchmark: {meta['model']}")
+    print(f"device {meta['device']}, torch threads {meta['threads']}, batch {args.batch_size}, beam {args.beam}, "
+          f"output forced to {args.out_len} tokens + EOS, median of {args.repeats} interleaved rounds after "
+          f"{args.warmup} warm-up; sources: {meta['source']}")
+    print()
+    mem_name = "CUDA peak MB" if cuda else "peak RSS MB (after load)"
+    hdr = (f"{'src len':>7} {'variant':>9} {'wall s':>8} {'cpu s':>8} {'sent/s':>7} {'enc s':>6} {'mem len':>7} {'sparsity':>8}"
+           f"  {mem_name}")
+    print(hdr)
+    print("-" * len(hdr))
+    for row in rows:
+        for v in VARIANTS + ("short",):
+            r = row.get(v)
+            if not r:
+                continue
+            if cuda:
+                mem = fmt(r.get("cuda_peak_mb"), "{:.0f}")
+            else:
+                mem = (f"{fmt(r.get('peak_rss_mb'), '{:.0f}')} ({fmt(r.get('rss_loaded_mb'), '{:.0f}')})"
+                       if "peak_rss_mb" in r else "-")
+            name = v if v != "short" else "unpruned"
+            note = "  <- short source, for the Amdahl share" if v == "short" else ""
+            print(f"{r['length']:>7} {name:>9} {r['wall_s']:>8.3f} {r['cpu_s']:>8.3f} {r['sent_per_s']:>7.2f} {fmt(r['encoder_s'], '{:.3f}'):>6} "
+                  f"{r['memory_len']:>7} {fmt(r.get('sparsity'), '{:.1%}'):>8}  {mem}{note}")
+    print()
+    hdr = (f"{'src len':>7} {'sparsity':>8} {'mem shrink':>10} {'pruned/unpruned':>15} {'(paired)':>8} "
+           f"{'pruned/stock':>12} {'unpruned/stock':>14}  identical hypotheses (pruned vs unpruned)")
+    print(hdr)
+    print("-" * len(hdr))
+    for row in rows:
+        ident = row.get("identical_hypotheses")
+        ident = "-" if ident is None else f"{'yes' if ident else 'NO'} (max score diff {row['max_score_diff']:.1e})"
+        print(f"{row['length']:>7} {fmt(row.get('sparsity'), '{:.1%}'):>8} {fmt(row.get('memory_shrink'), '{:.1%}'):>10} "
+              f"{fmt(row.get('speedup_vs_unpruned'), '{:.2f}x'):>15} {fmt(row.get('speedup_vs_unpruned_paired'), '{:.2f}x'):>8} "
+              f"{fmt(row.get('speedup_vs_stock'), '{:.2f}x'):>12} {fmt(row.get('unpruned_vs_stock'), '{:.2f}x'):>14}  {ident}")
+    print()
+    hdr = (f"{'src len':>7} {'pruned/unpruned':>15} | {'share':>6} {'bound':>6} {'reached':>7} {'gain':>5} | "
+           f"{'share_dec':>9} {'bound_dec':>9} {'reached':>7} {'gain':>5}")
+    print(hdr)
+    print("-" * len(hdr))
+    for row in rows:
+        print(f"{row['length']:>7} {fmt(row.get('speedup_vs_unpruned'), '{:.2f}x'):>15} | "
+              f"{fmt(row.get('share'), '{:.0%}'):>6} {fmt(row.get('bound'), '{:.2f}x'):>6} "
+              f"{fmt(row.get('of_bound'), '{:.0%}'):>7} {fmt(row.get('gain_of_bound'), '{:.0%}'):>5} | "
+              f"{fmt(row.get('share_dec'), '{:.0%}'):>9} {fmt(row.get('bound_dec'), '{:.2f}x'):>9} "
+              f"{fmt(row.get('of_bound_dec'), '{:.0%}'):>7} {fmt(row.get('gain_of_bound_dec'), '{:.0%}'):>5}")
+    print()
+    print("wall s / cpu s: median wall / process CPU time of SequenceGenerator.generate on the batch; sent/s from the")
+    print(f"{args.clock} time; enc s: the encoder alone (median, {args.clock} time);")
+    print("mem len: source states the decoder attends to: T' = 1 + most kept states in the batch (pruned), N otherwise;")
+    print(f"A/B: time(B) / time(A), {args.clock} time; (paired): median over rounds of the per-round ratio;")
+    print("share = (t_N - t_short) / t_N of the unpruned model, bound = 1 / (1 - share * sparsity);")
+    print("share_dec leaves the encoder out of the growth, bound_dec = 1 / (1 - share_dec * (1 - T'/N));")
+    print("reached = (pruned/unpruned) / bound; gain = (pruned/unpruned - 1) / (bound - 1), the part of the possible")
+    print("gain obtained.")
+    if not cuda and not args.no_memory:
+        print("peak RSS: ru_maxrss of a fresh process that loads one model and runs one generate (model + torch +"
+              " decoding); after load: its RSS before decoding.")
+    print(f"load average before / after: {meta['loadavg_before']} / {meta['loadavg_after']}")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args._child:
+        spec = json.loads(args._child)
+        res = measure_times(spec) if spec["mode"] == "times" else measure_memory(spec)
+        with open(spec["out"], "w") as f:
+            json.dump(res, f)
+        return
+    # a SIGTERM ends the run like Ctrl-C: subprocess.run then kills the measuring child too
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    t_start = time.time()
+    loadavg_before = "%.2f %.2f %.2f" % os.getloadavg()
+    cores = len(os.sched_getaffinity(0))
+    if args.device == "cpu" and args.clock == "wall" and os.getloadavg()[0] > 0.5 * cores:
+        print(f"warning: this machine is busy (load average {os.getloadavg()[0]:.1f} on {cores} cores): wall-clock "
+              f"timings with several threads can be off by a factor of several here; consider --threads 1 --clock cpu",
+              flush=True)
+    lengths = [int(x) for x in args.lengths.split(",")]
+    variants = [v for v in VARIANTS if v in args.variants.split(",")]
+    tmp = None
+    if args.workdir:
+        workdir = os.path.abspath(args.workdir)
+        os.makedirs(workdir, exist_ok=True)
+    else:
+        tmp = tempfile.TemporaryDirectory(prefix="l0drop_bench_")
+        workdir = tmp.name
+    if args.path:
+        paths = {n: os.path.abspath(args.path) for n in lengths}
+        data = os.path.abspath(args.data)
+        model_desc = f"checkpoint {args.path}"
+    else:
+        print(f"building a random transformer_l0drop ({args.layers}+{args.layers} layers, dim {args.dim}, "
+              f"{args.heads} heads, FFN {args.ffn}, vocab {args.vocab}); gates set for {args.sparsity:.0%} "
+              f"sparsity at each source length ...", flush=True)
+        quiet()
+        paths, data = build_random_checkpoints(args, workdir, lengths)
+        model_desc = (f"random transformer_l0drop {args.layers}+{args.layers} layers, dim {args.dim}, "
+                      f"{args.heads} heads, FFN {args.ffn}, vocab {args.vocab}, gates set for {args.sparsity:.0%} sparsity")
+    short_len = args.short_len if "unpruned" in variants and "pruned" in variants else None
+    timing, memory = {}, {}
+    for n in lengths:
+        print(f"timing {', '.join(variants)}{' (and unpruned @ %d)' % short_len if short_len else ''} "
+              f"@ {n} source tokens ...", flush=True)
+        t0 = time.time()
+        res = timing[n] = run_child(args, "times", workdir, path=paths[n], data=data, length=n,
+                                    variants=variants, short_len=short_len)
+        for name, r in res["jobs"].items():
+            print(f"  {name:>9}: {r['time_s']:.3f} s (rounds: {', '.join(f'{t:.3f}' for t in r['times_s'])})"
+                  + (f", sparsity {r['sparsity']:.1%}, memory {r['memory_len']} states" if "sparsity" in r else ""),
+                  flush=True)
+        print(f"  ({time.time() - t0:.0f} s)", flush=True)
+    if args.device == "cpu" and not args.no_memory:
+        print("peak memory, one fresh process per variant and length ...", flush=True)
+        for n in lengths:
+            for v in variants:
+                memory[(v, n)] = run_child(args, "memory", workdir, path=paths[n], data=data, length=n, variant=v)
+    rows = summarise(timing, memory)
+    first = next(iter(timing.values()))
+    meta = {"model": model_desc, "device": args.device + (" fp16" if args.fp16 else "")
+            + (f" ({first['gpu']})" if "gpu" in first else ""),
+            "threads": first["threads"], "source": first["source"], "loadavg_before": loadavg_before,
+            "loadavg_after": "%.2f %.2f %.2f" % os.getloadavg()}
+    print_report(args, rows, meta)
+    meta["elapsed_s"] = time.time() - t_start
+    print(f"total time {meta['elapsed_s']:.0f} s")
+    if args.json:
+        for row in rows:
+            for v in VARIANTS + ("short",):
+                row.get(v, {}).pop("hypos", None)
+        with open(args.json, "w") as f:
+            json.dump({"settings": {k: v for k, v in vars(args).items() if not k.startswith("_")}, "meta": meta,
+                       "rows": rows}, f, indent=1)
+        print(f"results written to {args.json}")
+    if tmp is not None:
+        tmp.cleanup()
+
+
+if __name__ == "__main__":
+    main()
