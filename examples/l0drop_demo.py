@@ -19,14 +19,14 @@ USER_DIR = os.path.join(REPO, "fairseq_sparse")
 BIN = os.path.dirname(sys.executable)
 
 MODEL = [
-    "--encoder-layers", "3", "--decoder-layers", "3", "--encoder-embed-dim", "128", "--decoder-embed-dim", "128",
-    "--encoder-ffn-embed-dim", "512", "--decoder-ffn-embed-dim", "512",
+    "--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "128", "--decoder-embed-dim", "128",
+    "--encoder-ffn-embed-dim", "256", "--decoder-ffn-embed-dim", "256",
     "--encoder-attention-heads", "4", "--decoder-attention-heads", "4", "--share-all-embeddings",
     "--dropout", "0.1",
 ]
 TRAIN = [
-    "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "1e-3", "--lr-scheduler", "inverse_sqrt",
-    "--warmup-updates", "300", "--max-tokens", "4096", "--cpu", "--seed", "1", "--no-epoch-checkpoints",
+    "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "2e-3", "--lr-scheduler", "inverse_sqrt",
+    "--warmup-updates", "200", "--max-tokens", "4096", "--cpu", "--seed", "1", "--no-epoch-checkpoints",
     "--log-interval", "100", "--no-progress-bar", "--num-workers", "0",
 ]
 
