@@ -8,9 +8,24 @@ classes when the plugin is imported, so stock ``fairseq-generate --user-dir fair
 """
 import argparse
 
+import numpy as np
 import torch
+
+try:  # numpy >= 2
+    from numpy._core.multiarray import _reconstruct
+except ImportError:  # numpy 1.x
+    from numpy.core.multiarray import _reconstruct
 
 #: the non-tensor classes found in fairseq translation checkpoints (cfg / args / extra_state)
 FAIRSEQ_CHECKPOINT_CLASSES = [argparse.Namespace]
 
-torch.serialization.add_safe_globals(FAIRSEQ_CHECKPOINT_CLASSES)
+#: numpy arrays of plain numbers: the logged metrics in ``extra_state["metrics"]`` hold some, e.g.
+#: ``--eval-bleu``'s n-gram counts (int64 arrays). Object arrays stay refused (their items are pickles).
+NUMPY_ARRAY_GLOBALS = [_reconstruct, np.ndarray, np.dtype] + [
+    cls for cls in (getattr(np.dtypes, name) for name in getattr(getattr(np, "dtypes", None), "__all__", []))
+    if issubclass(cls.type, (np.bool_, np.integer, np.floating)) and not issubclass(cls.type, np.timedelta64)
+]
+#: a checkpoint written under the other numpy major version names _reconstruct by that version's path
+NUMPY_ALIASES = [(_reconstruct, "numpy.core.multiarray._reconstruct"), (_reconstruct, "numpy._core.multiarray._reconstruct")]
+
+torch.serialization.add_safe_globals(FAIRSEQ_CHECKPOINT_CLASSES + NUMPY_ARRAY_GLOBALS + NUMPY_ALIASES)

@@ -19,6 +19,19 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
 from ..modules.sparsity import collect_sparsity_terms, num_updates, sparsity_groups
 
 STAT_PREFIX = "sparsity/"
+#: batches behind a logging output's penalties and lambdas: 1 per batch, summed like every other key when
+#: fairseq merges the logging outputs of several workers (logging_outputs_can_be_summed), so their mean
+#: stays a mean across workers
+BATCHES_KEY = "sparsity_batches"
+
+
+class SparsityConfigError(ValueError, RuntimeError):
+    """A sparsity option the model cannot honour (e.g. a lambda for a module the model lacks).
+
+    Found at the first training step, the earliest point where the criterion sees the model. It is
+    also a RuntimeError because fairseq's trainer saves a ``crash.pt`` checkpoint for any other
+    exception raised inside a training step; a configuration error must stop without writing anything.
+    """
 
 
 @dataclass
@@ -63,7 +76,7 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
         for group, value in self.lambdas.items():
             if value > 0 and group not in groups:
                 arch = getattr(getattr(model, "args", None), "arch", type(model).__name__)
-                raise ValueError(
+                raise SparsityConfigError(
                     f"--{group.replace('_', '-')}-lambda {value} is set but the model ({arch}) has no {group} "
                     f"module; use an architecture with it (e.g. --arch transformer_{group})"
                 )
@@ -72,7 +85,7 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
     def current_lambda(self, group, updates):
         value = self.lambdas.get(group)
         if value is None:
-            raise ValueError(f"the model reports a '{group}' penalty but this criterion has no lambda for it")
+            raise SparsityConfigError(f"the model reports a '{group}' penalty but this criterion has no lambda for it")
         if self.warmup_updates > 0:
             value *= min(1.0, updates / self.warmup_updates)
         return value
@@ -108,8 +121,10 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
             lam = self.current_lambda(term.group, updates)
             if term.penalty is not None:
                 penalty = penalty.to(term.penalty) + lam * term.penalty
-                logging_output[f"{STAT_PREFIX}{term.group}_penalty"] = term.penalty.detach()
+                key = f"{STAT_PREFIX}{term.group}_penalty"  # summed over the group's modules, as in the loss
+                logging_output[key] = logging_output.get(key, 0) + term.penalty.detach()
                 logging_output[f"{STAT_PREFIX}{term.group}_lambda"] = lam
+                logging_output[BATCHES_KEY] = 1
             for name, (num, den) in term.stats.items():
                 logging_output[f"{STAT_PREFIX}{name}:num"] = num
                 logging_output[f"{STAT_PREFIX}{name}:den"] = den
@@ -127,9 +142,10 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
                 if den > 0:
                     metrics.log_scalar(name[:-4], total / den, den, round=4)
             elif not name.endswith(":den"):
-                # penalties and lambdas: mean over the batches of this log interval
-                n = sum(1 for log in logging_outputs if key in log)
-                metrics.log_scalar(name, total / n, n, round=4)
+                # penalties and lambdas: mean over the batches of this log interval (and over workers)
+                n = sum(log.get(BATCHES_KEY, 1) for log in logging_outputs if key in log)
+                if n > 0:
+                    metrics.log_scalar(name, total / n, n, round=4)
 
     @staticmethod
     def logging_outputs_can_be_summed() -> bool:
