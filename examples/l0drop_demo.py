@@ -44,7 +44,8 @@ def sh(cmd, log=None):
 
 def generate(data, ckpt, subset, extra=(), log=None):
     out = sh([os.path.join(BIN, "fairseq-generate"), data, "--user-dir", USER_DIR, "--path", ckpt,
-              "--gen-subset", subset, "--beam", "4", "--batch-size", "32", "--cpu", "--remove-bpe"] + list(extra), log)
+              "--gen-subset", subset, "--beam", "4", "--batch-size", "32", "--cpu", "--remove-bpe",
+              "--required-batch-size-multiple", "1"] + list(extra), log)
     bleu = re.search(r"BLEU4 = ([\d.]+)", out)
     speed = re.search(r"Translated \d+ sentences .* in ([\d.]+)s \(([\d.]+) sentences/s", out)
     sparsity = re.search(r"L0Drop sparsity rate ([\d.]+)%", out)
