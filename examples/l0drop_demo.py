@@ -49,7 +49,8 @@ def generate(data, ckpt, subset, extra=(), log=None):
     bleu = re.search(r"BLEU4 = ([\d.]+)", out)
     speed = re.search(r"Translated \d+ sentences .* in ([\d.]+)s \(([\d.]+) sentences/s", out)
     sparsity = re.search(r"L0Drop sparsity rate ([\d.]+)%", out)
-    hyps = sorted(l for l in out.splitlines() if l.startswith("H-"))
+    # (id, tokens) of every hypothesis, and its score
+    hyps = dict((f[0], (f[2], float(f[1]))) for f in (l.split("\t") for l in out.splitlines() if l.startswith("H-")))
     return {
         "bleu": float(bleu.group(1)) if bleu else None,
         "seconds": float(speed.group(1)), "sent_per_s": float(speed.group(2)),
@@ -101,6 +102,14 @@ def main():
     if valid:
         print("   last validation:", valid[-1].split("| valid |")[1].strip())
 
+    print(f"== 3b. the baseline trained for the same {a.finetune_updates} more updates, without L0Drop")
+    cont_dir = os.path.join(work, "transformer_continued")
+    sh([os.path.join(BIN, "fairseq-train"), data, "--user-dir", USER_DIR, "--arch", "transformer",
+        "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--finetune-from-model", base_ckpt,
+        "--save-dir", cont_dir, "--max-update", str(a.finetune_updates)] + MODEL + TRAIN,
+       os.path.join(work, "train_transformer_continued.log"))
+    base_ckpt = os.path.join(cont_dir, "checkpoint_last.pt")
+
     print("== 4. decode the test set (beam 4)")
     base = generate(data, base_ckpt, "test", log=os.path.join(work, "gen_transformer.txt"))
     pruned = generate(data, l0_ckpt, "test", log=os.path.join(work, "gen_l0drop_pruned.txt"))
@@ -129,11 +138,16 @@ def main():
 
     print("\n================ L0Drop demo results ================")
     print(f"{'model':38s} {'BLEU':>6s} {'sparsity':>9s} {'sent/s':>8s}")
-    print(f"{'transformer (baseline)':38s} {base['bleu']:6.2f} {'0.0%':>9s} {base['sent_per_s']:8.1f}")
+    print(f"{'transformer (same number of updates)':38s} {base['bleu']:6.2f} {'0.0%':>9s} {base['sent_per_s']:8.1f}")
     print(f"{'transformer_l0drop, pruned decoding':38s} {pruned['bleu']:6.2f} {100 * pruned['sparsity']:8.1f}% {pruned['sent_per_s']:8.1f}")
     print(f"{'transformer_l0drop, full memory':38s} {full['bleu']:6.2f} {100 * full['sparsity']:8.1f}% {full['sent_per_s']:8.1f}")
-    print(f"pruned and full-memory decoding give identical hypotheses: {pruned['hyps'] == full['hyps']} (test), "
-          f"{long_pruned['hyps'] == long_full['hyps']} ({a.long_length}-token inputs)")
+    def same(x, y):
+        tokens_equal = {k: v[0] for k, v in x["hyps"].items()} == {k: v[0] for k, v in y["hyps"].items()}
+        score_diff = max((abs(v[1] - y["hyps"][k][1]) for k, v in x["hyps"].items() if k in y["hyps"]), default=0.0)
+        return f"{'yes' if tokens_equal else 'NO'} (max score difference {score_diff:.1e})"
+
+    print(f"pruned and full-memory decoding give identical hypotheses: {same(pruned, full)} on test, "
+          f"{same(long_pruned, long_full)} on {a.long_length}-token inputs")
     print(f"BLEU change from L0Drop: {pruned['bleu'] - base['bleu']:+.2f}")
     print(f"{a.long_length}-token inputs: sparsity {100 * long_pruned['sparsity']:.1f}%, decoding "
           f"{long_full['seconds']:.2f}s -> {long_pruned['seconds']:.2f}s, speed ratio pruned/unpruned "
