@@ -41,6 +41,11 @@ class LabelSmoothedCrossEntropyWithSparsityConfig(LabelSmoothedCrossEntropyCrite
         metadata={"help": "weight of the L0Drop expected-L0 penalty (paper 000 Eq. 12; the paper fine-tunes "
                           "with 0.2-0.3), normalised per source token as in the reference code"},
     )
+    head_gates_lambda: float = field(
+        default=0.0,
+        metadata={"help": "weight of the head gates' L0 penalty L_C (paper 001 Eq. 7: expected number of open "
+                          "heads, summed or layer-averaged as --head-gates-penalty says), next to the per-token CE"},
+    )
     sparsity_warmup_updates: int = field(
         default=0,
         metadata={"help": "raise every lambda linearly from 0 to its value over this many updates (training "
@@ -58,10 +63,11 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
         ignore_prefix_size=0,
         report_accuracy=False,
         l0drop_lambda=0.0,
+        head_gates_lambda=0.0,
         sparsity_warmup_updates=0,
     ):
         super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy)
-        self.lambdas = {"l0drop": l0drop_lambda}
+        self.lambdas = {"l0drop": l0drop_lambda, "head_gates": head_gates_lambda}
         for group, value in self.lambdas.items():
             if value < 0:
                 raise ValueError(f"--{group.replace('_', '-')}-lambda must be >= 0, got {value}")
@@ -79,6 +85,7 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
                 raise SparsityConfigError(
                     f"--{group.replace('_', '-')}-lambda {value} is set but the model ({arch}) has no {group} "
                     f"module; use an architecture with it (e.g. --arch transformer_{group})"
+                    + (" or --head-gates enc,dec,encdec" if group == "head_gates" else "")
                 )
         self._checked_model = True
 
@@ -125,9 +132,10 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
                 logging_output[key] = logging_output.get(key, 0) + term.penalty.detach()
                 logging_output[f"{STAT_PREFIX}{term.group}_lambda"] = lam
                 logging_output[BATCHES_KEY] = 1
-            for name, (num, den) in term.stats.items():
-                logging_output[f"{STAT_PREFIX}{name}:num"] = num
-                logging_output[f"{STAT_PREFIX}{name}:den"] = den
+            for name, (num, den) in term.stats.items():  # summed over the modules reporting the same name
+                for suffix, value in ((":num", num), (":den", den)):
+                    key = f"{STAT_PREFIX}{name}{suffix}"
+                    logging_output[key] = logging_output.get(key, 0) + value
         return penalty, logging_output
 
     @classmethod

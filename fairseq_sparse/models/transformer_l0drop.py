@@ -33,6 +33,13 @@ from torch import Tensor
 from ..modules.count_attention import CountAwareAttention
 from ..modules.hard_concrete import DEFAULT_BETA, DEFAULT_GAMMA, DEFAULT_ZETA, HardConcrete
 from ..modules.l0drop import DROPPED_AS_CHOICES, L0Drop, compress, decoder_padding_mask, expand_attention
+from .transformer_head_gates import (
+    HeadGatesConfig,
+    check_head_gate_args,
+    fill_missing_sparsity_params,
+    head_gates_defaults,
+    setup_head_gates,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -255,6 +262,7 @@ class L0DropTransformerModel(TransformerModel):
     def add_args(parser):
         TransformerModel.add_args(parser)
         gen_parser_from_dataclass(parser, L0DropConfig())
+        gen_parser_from_dataclass(parser, HeadGatesConfig())  # combine with head gates (default: none)
         parser.add_argument("--pruned-decoding", type=eval_bool, default=True, metavar="BOOL", help=PRUNED_DECODING_HELP)
 
     @classmethod
@@ -263,7 +271,10 @@ class L0DropTransformerModel(TransformerModel):
         if args.l0drop_dropped_as not in DROPPED_AS_CHOICES:
             raise ValueError(f"--l0drop-dropped-as must be one of {DROPPED_AS_CHOICES}, got {args.l0drop_dropped_as!r}")
         HardConcrete(args.l0drop_beta, args.l0drop_gamma, args.l0drop_zeta)  # validates the gate options
-        return super().build_model(args, task)
+        check_head_gate_args(args)
+        model = super().build_model(args, task)
+        setup_head_gates(model, args)
+        return model
 
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):
@@ -277,16 +288,9 @@ class L0DropTransformerModel(TransformerModel):
 
     def upgrade_state_dict_named(self, state_dict, name):
         """Let fine-tuning start from a checkpoint without gates (e.g. stock ``transformer``): missing
-        L0Drop parameters take their initial values."""
+        L0Drop (and head gate) parameters take their initial values."""
         super().upgrade_state_dict_named(state_dict, name)
-        prefix = f"{name}." if name else ""
-        missing = [k for k in self.state_dict() if ".l0drop" in f".{k}" or "layer_l0drops" in k]
-        missing = [k for k in missing if prefix + k not in state_dict]
-        if missing:
-            logger.info("initialising %d L0Drop parameters absent from the checkpoint", len(missing))
-            own = self.state_dict()
-            for k in missing:
-                state_dict[prefix + k] = own[k].clone()
+        fill_missing_sparsity_params(self, state_dict, name)
 
 
 def l0drop_defaults(args):
@@ -296,6 +300,7 @@ def l0drop_defaults(args):
             setattr(args, f.name, f.default)
     if not hasattr(args, "pruned_decoding"):
         args.pruned_decoding = True
+    head_gates_defaults(args, "")
 
 
 @register_model_architecture("transformer_l0drop", "transformer_l0drop")
