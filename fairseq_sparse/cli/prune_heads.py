@@ -52,7 +52,10 @@ def load(path, data=None):
     """model, its checkpoint state (cfg, extra state), from any fairseq transformer checkpoint."""
     state = checkpoint_utils.load_checkpoint_to_cpu(path, arg_overrides={"data": data} if data else None)
     cfg = state["cfg"]
-    task = tasks.setup_task(cfg.task)
+    try:
+        task = tasks.setup_task(cfg.task)
+    except FileNotFoundError as e:
+        raise FileNotFoundError(f"cannot read the dictionaries of {path} ({e}); pass --data DIR") from None
     model = task.build_model(cfg.model)
     model.load_state_dict(state["model"], strict=True, model_cfg=cfg.model)
     model.eval()

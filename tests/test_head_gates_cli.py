@@ -1,0 +1,156 @@
+"""End to end: head-gate fine-tuning with fairseq-train, export with fairseq-sparse-prune-heads, decoding
+of the exported (physically smaller) checkpoint with plain fairseq-generate."""
+import json
+import os
+
+import pytest
+import torch
+from fairseq import checkpoint_utils
+
+from conftest import console, run
+from test_cli import ENV, L0DROP, generate, generate_pair, parse_generate, train
+
+import fairseq_sparse  # noqa: F401
+from fairseq_sparse.cli.prune_heads import save_state
+
+HEAD_GATES = ["--arch", "transformer_head_gates", "--criterion", "label_smoothed_cross_entropy_with_sparsity",
+              "--label-smoothing", "0.1"]
+
+
+def prune(ckpt, out, extra=(), check=True):
+    return run([console("fairseq-sparse-prune-heads"), "--path", ckpt, "--output", out] + list(extra),
+               check=check, env=ENV)
+
+
+def with_mixed_gates(ckpt, out):
+    """The checkpoint with its head gates set to a mix of closed, fractional and open values."""
+    state = checkpoint_utils.load_checkpoint_to_cpu(ckpt)
+    values = torch.tensor([-6.0, 0.0, 3.0, -0.5])  # g_hat: 0, 0.5, 1, 0.27
+    for i, k in enumerate(sorted(k for k in state["model"] if k.endswith("head_gates.log_alpha"))):
+        state["model"][k] = values.roll(i)
+    save_state(state, out)
+    return out
+
+
+def assert_same_hypotheses(a, b, tol=1e-4):
+    ha, hb = parse_generate(a.stdout)["H"], parse_generate(b.stdout)["H"]
+    assert ha and ha.keys() == hb.keys()
+    for sid in ha:
+        assert ha[sid][1] == hb[sid][1], sid
+        assert abs(ha[sid][0] - hb[sid][0]) < tol, sid
+
+
+@pytest.fixture(scope="module")
+def gated_ckpt(corpus, stock_transformer_ckpt, tmp_path_factory):
+    """transformer_head_gates fine-tuned briefly from the stock checkpoint (paper 001's recipe)."""
+    save = str(tmp_path_factory.mktemp("head_gates"))
+    proc = train(corpus["bin"], save, HEAD_GATES + [
+        "--finetune-from-model", stock_transformer_ckpt, "--head-gates-lambda", "0.05"], max_update=20)
+    assert "heads_open_encdec" in proc.log and "head_gates_penalty" in proc.log
+    return os.path.join(save, "checkpoint_last.pt")
+
+
+def test_finetune_with_frozen_decoder_trains_only_encoder_and_gates(corpus, stock_transformer_ckpt, tmp_path):
+    proc = train(corpus["bin"], str(tmp_path), HEAD_GATES + [
+        "--finetune-from-model", stock_transformer_ckpt, "--head-gates", "enc", "--freeze-decoder",
+        "--head-gates-lambda", "0.05", "--head-gates-init-log-alpha", "1.0"], max_update=10)
+    stats = [json.loads(line[line.index("{"):]) for line in proc.log.splitlines() if '"heads_open_expected_enc"' in line]
+    assert stats and "heads_open_expected_dec" not in stats[-1]
+    assert 0 < float(stats[-1]["heads_open_expected_enc"]) <= 8  # 2 layers x 4 heads
+    before = checkpoint_utils.load_checkpoint_to_cpu(stock_transformer_ckpt)["model"]
+    after = checkpoint_utils.load_checkpoint_to_cpu(str(tmp_path / "checkpoint_last.pt"))["model"]
+    shared = "decoder.embed_tokens.weight"  # shared with the encoder (--share-all-embeddings): trains
+    dec = [k for k in before if k.startswith("decoder.") and k != shared and "output_projection" not in k]
+    assert dec and all(torch.equal(before[k], after[k]) for k in dec)
+    assert any(not torch.equal(before[k], after[k]) for k in before if k.startswith("encoder.layers"))
+    gates = [k for k in after if k.endswith("head_gates.log_alpha")]
+    assert len(gates) == 2 and all(k.startswith("encoder.") for k in gates)
+    assert all(not torch.equal(after[k], torch.full((4,), 1.0)) for k in gates)
+
+
+def test_exported_gated_model_decodes_like_the_gated_one(corpus, gated_ckpt, tmp_path):
+    mixed = with_mixed_gates(gated_ckpt, str(tmp_path / "mixed.pt"))
+    out = str(tmp_path / "pruned.pt")
+    proc = prune(mixed, out)
+    assert "kept 18 of 24 heads" in proc.stdout  # one closed gate per layer
+    state = checkpoint_utils.load_checkpoint_to_cpu(out)
+    spec = json.loads(state["cfg"]["model"].kept_heads)
+    assert sorted(spec) == ["dec", "enc", "encdec"] and all(len(ids) == 3 for t in spec for ids in spec[t])
+    assert not any("head_gates" in k for k in state["model"])
+    n_gated = sum(v.numel() for v in checkpoint_utils.load_checkpoint_to_cpu(mixed)["model"].values())
+    assert sum(v.numel() for v in state["model"].values()) < n_gated
+    assert_same_hypotheses(generate(corpus["bin"], mixed), generate(corpus["bin"], out))
+
+
+def test_stock_checkpoint_exports_with_a_head_mask(corpus, stock_transformer_ckpt, tmp_path):
+    mask = {"enc": [[1, 0, 1, 1], [0, 0, 0, 0]], "encdec": [[1, 1, 0.5, 0], [1, 1, 1, 1]]}
+    (tmp_path / "mask.json").write_text(json.dumps(mask))
+    out = str(tmp_path / "pruned.pt")
+    proc = prune(stock_transformer_ckpt, out, ["--head-mask", str(tmp_path / "mask.json")])
+    assert "kept 18 of 24 heads" in proc.stdout
+    cfg = checkpoint_utils.load_checkpoint_to_cpu(out)["cfg"]["model"]
+    assert cfg.arch == "transformer_head_gates" and cfg.head_gates == ""
+    assert json.loads(cfg.kept_heads)["enc"] == [[0, 2, 3], []]
+    hyps = parse_generate(generate(corpus["bin"], out).stdout)["H"]
+    assert len(hyps) == 60
+    # --min-heads-per-layer forbids the empty layer, and nothing is written
+    proc = prune(stock_transformer_ckpt, str(tmp_path / "other.pt"),
+                 ["--head-mask", str(tmp_path / "mask.json"), "--min-heads-per-layer", "1"], check=False)
+    assert proc.returncode != 0 and "fewer than --min-heads-per-layer" in proc.stderr
+    assert not (tmp_path / "other.pt").exists()
+
+
+def test_l0drop_with_head_gates_trains_and_decodes_exactly(corpus, stock_transformer_ckpt, tmp_path):
+    proc = train(corpus["bin"], str(tmp_path), L0DROP + [
+        "--finetune-from-model", stock_transformer_ckpt, "--head-gates", "enc,encdec", "--l0drop-lambda", "0.3",
+        "--head-gates-lambda", "0.05", "--l0drop-init-bias", "0"], max_update=10)
+    assert "l0drop_sparsity" in proc.log and "heads_open_enc" in proc.log and "heads_open_dec" not in proc.log
+    ckpt = with_mixed_gates(str(tmp_path / "checkpoint_last.pt"), str(tmp_path / "mixed.pt"))
+    pruned_run, unpruned_run = generate_pair(corpus["bin"], ckpt)
+    assert_same_hypotheses(pruned_run, unpruned_run)
+    out = str(tmp_path / "heads_pruned.pt")
+    prune(ckpt, out)
+    assert json.loads(checkpoint_utils.load_checkpoint_to_cpu(out)["cfg"]["model"].kept_heads)["dec"] == [[0, 1, 2, 3]] * 2
+    assert_same_hypotheses(pruned_run, generate(corpus["bin"], out))
+
+
+@pytest.mark.parametrize("case", ["negative_lambda", "lambda_without_gates", "unknown_type"])
+def test_bad_head_gate_options_fail_before_training(case, corpus, tmp_path):
+    extra = {
+        "negative_lambda": HEAD_GATES + ["--head-gates-lambda", "-0.1"],
+        "lambda_without_gates": L0DROP + ["--head-gates-lambda", "0.1"],
+        "unknown_type": HEAD_GATES + ["--head-gates", "enc,cross"],
+    }[case]
+    proc = train(corpus["bin"], str(tmp_path), extra + ["--data-buffer-size", "0"], max_update=5, check=False)
+    assert proc.returncode != 0
+    expected = {"negative_lambda": "--head-gates-lambda must be >= 0", "lambda_without_gates": "has no head_gates",
+                "unknown_type": "unknown attention type"}[case]
+    assert expected in proc.log
+    assert not any(name.endswith(".pt") for name in os.listdir(tmp_path))
+
+
+def prune_in_process(argv, capsys):
+    """fairseq-sparse-prune-heads' main() in this process (bad input is cheap to check here)."""
+    from fairseq_sparse.cli.prune_heads import main
+
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code != 0
+    return capsys.readouterr().err
+
+
+def test_prune_heads_bad_input(stock_transformer_ckpt, tmp_path, capsys):
+    out = tmp_path / "out.pt"
+    base = ["--path", stock_transformer_ckpt, "--output", str(out)]
+    assert "no head gates" in prune_in_process(base, capsys)  # no gates, no mask
+    assert not out.exists()
+    (tmp_path / "bad.json").write_text(json.dumps({"enc": [[1, 1, 1], [1, 1, 1]]}))
+    assert "shape" in prune_in_process(base + ["--head-mask", str(tmp_path / "bad.json")], capsys)
+    (tmp_path / "types.json").write_text(json.dumps({"encoder": [[1, 1, 1, 1]] * 2}))
+    assert "unknown attention type" in prune_in_process(base + ["--head-mask", str(tmp_path / "types.json")], capsys)
+    assert "no such file" in prune_in_process(base + ["--head-mask", str(tmp_path / "none.json")], capsys)
+    assert "checkpoint not found" in prune_in_process(["--path", str(tmp_path / "x.pt"), "--output", str(out)], capsys)
+    assert not out.exists()
+    out.write_text("keep me")
+    assert "exists" in prune_in_process(base + ["--head-mask", str(tmp_path / "bad.json")], capsys)
+    assert out.read_text() == "keep me"
