@@ -1,0 +1,96 @@
+"""Heat maps of per-head values (layers x heads), as in paper 001's Figures 1 and 2.
+
+Used by the head tools (confidence and function of heads, head importance, retained heads)::
+
+    head_heatmap(values, "confidence.png", "Encoder self-attention", "confidence")
+
+``values`` is a [layers x heads] array; ``np.nan`` marks a head that does not exist (a physically
+pruned model has fewer heads in some layers) and is drawn as a blank, hatched cell.
+"""
+import os
+import textwrap
+from typing import Optional, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display; must precede the pyplot import
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def head_heatmap(values, path: str, title: str, cbar_label: str, row_labels: Optional[Sequence[str]] = None,
+                 annotate: bool = True, mask=None, col_labels: Optional[Sequence[str]] = None,
+                 cell_text=None, vmin: Optional[float] = None, vmax: Optional[float] = None,
+                 cmap: str = "viridis") -> str:
+    """Save a [layers x heads] heat map as a PNG at ``path`` and return the path.
+
+    Args:
+        values: 2-D array, one row per layer, one column per head; ``np.nan`` = no such head.
+        path: output file (its directory must exist).
+        title: figure title.
+        cbar_label: colour bar label (what the values are).
+        row_labels: one label per row (default "layer 0", "layer 1", ...).
+        annotate: write each cell's value (or ``cell_text``) into the cell.
+        mask: optional boolean array of ``values``' shape; True cells are drawn hatched/blank as if nan.
+        col_labels: one label per column (default "0", "1", ...: head ids).
+        cell_text: optional array of strings of ``values``' shape to print instead of the numbers.
+        vmin, vmax: colour scale limits (default: the finite values' range).
+        cmap: matplotlib colour map name.
+    """
+    data = np.array(values, dtype=float)
+    if data.ndim != 2:
+        raise ValueError(f"head_heatmap needs a [layers x heads] array, got shape {data.shape}")
+    hidden = np.isnan(data)
+    if mask is not None:
+        mask = np.asarray(mask, dtype=bool)
+        if mask.shape != data.shape:
+            raise ValueError(f"mask shape {mask.shape} != values shape {data.shape}")
+        hidden = hidden | mask
+    n_rows, n_cols = data.shape
+    if row_labels is None:
+        row_labels = [f"layer {i}" for i in range(n_rows)]
+    if col_labels is None:
+        col_labels = [str(j) for j in range(n_cols)]
+    if len(row_labels) != n_rows or len(col_labels) != n_cols:
+        raise ValueError("row_labels/col_labels do not match the shape of values")
+
+    shown = np.ma.masked_array(data, mask=hidden)
+    finite = data[~hidden]
+    if vmin is None:
+        vmin = float(finite.min()) if finite.size else 0.0
+    if vmax is None:
+        vmax = float(finite.max()) if finite.size else 1.0
+    if vmax <= vmin:
+        vmax = vmin + 1e-6
+
+    width = max(5.0, 1.8 + 0.7 * n_cols)
+    fig, ax = plt.subplots(figsize=(width, 1.6 + 0.55 * max(n_rows, 2)))
+    colours = matplotlib.colormaps[cmap].with_extremes(bad="white")
+    im = ax.imshow(shown, cmap=colours, vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest")
+    for i, j in zip(*np.nonzero(hidden)):  # absent heads: hatched cells
+        ax.add_patch(matplotlib.patches.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="//",
+                                                  edgecolor="0.75", linewidth=0))
+    if annotate:
+        for i in range(n_rows):
+            for j in range(n_cols):
+                if hidden[i, j]:
+                    continue
+                text = cell_text[i][j] if cell_text is not None else f"{data[i, j]:.2f}"
+                if not text:
+                    continue
+                r, g, b, _ = im.cmap(im.norm(data[i, j]))
+                dark = 0.299 * r + 0.587 * g + 0.114 * b < 0.5  # text colour readable on the cell
+                ax.text(j, i, text, ha="center", va="center", fontsize=7, color="white" if dark else "black")
+    ax.set_xticks(range(n_cols))
+    ax.set_xticklabels(col_labels, fontsize=8)
+    ax.set_yticks(range(n_rows))
+    ax.set_yticklabels(row_labels, fontsize=8)
+    ax.set_xlabel("head")
+    ax.set_title("\n".join(textwrap.wrap(title, int(width * 12))), fontsize=9)
+    cbar = fig.colorbar(im, ax=ax)
+    cbar.set_label("\n".join(textwrap.wrap(cbar_label, 28)), fontsize=8)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
