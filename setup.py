@@ -13,6 +13,9 @@ setup(
         "console_scripts": [
             "fairseq-sparse-gates = fairseq_sparse.cli.l0drop_gates:cli_main",
             "fairseq-sparse-corpus = fairseq_sparse.synthetic_corpus:main",
+            "fairseq-sparse-prune-heads = fairseq_sparse.cli.prune_heads:cli_main",
+            "fairseq-sparse-head-analysis = fairseq_sparse.cli.head_analysis:cli_main",
+            "fairseq-sparse-heads = fairseq_sparse.cli.head_importance:cli_main",
         ]
     },
 )
