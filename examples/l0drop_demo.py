@@ -59,6 +59,41 @@ def generate(data, ckpt, subset, extra=(), log=None):
     }
 
 
+def prepare_data(work, train_sentences, long_length=400):
+    """The synthetic corpus, binarised (reused when it is already there); returns the data-bin dir."""
+    print("== 1. corpus (synthetic, offline) and fairseq-preprocess")
+    from fairseq_sparse.synthetic_corpus import make_corpus
+
+    raw, data = os.path.join(work, "raw"), os.path.join(work, "data-bin")
+    if not os.path.exists(os.path.join(data, "dict.src.txt")):
+        make_corpus(raw, train=train_sentences, valid=300, test=300, long_test=long_length)
+        sh([os.path.join(BIN, "fairseq-preprocess"), "--source-lang", "src", "--target-lang", "tgt",
+            "--trainpref", f"{raw}/train", "--validpref", f"{raw}/valid", "--testpref", f"{raw}/test,{raw}/test-long",
+            "--destdir", data, "--joined-dictionary", "--workers", "2"], os.path.join(work, "preprocess.log"))
+    return data
+
+
+def train_base(work, data, updates):
+    """The stock fairseq transformer (the converged model of both papers' recipes); reused if trained."""
+    print("== 2. a stock fairseq transformer (the converged model)")
+    base_dir = os.path.join(work, "transformer")
+    ckpt = os.path.join(base_dir, "checkpoint_last.pt")
+    if os.path.exists(ckpt):
+        print(f"   reusing {ckpt}")
+        return ckpt
+    sh([os.path.join(BIN, "fairseq-train"), data, "--user-dir", USER_DIR, "--arch", "transformer",
+        "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--save-dir", base_dir,
+        "--max-update", str(updates)] + MODEL + TRAIN, os.path.join(work, "train_transformer.log"))
+    return ckpt
+
+
+def same_hypotheses(x, y):
+    """'yes (max score difference ...)' if two generate() results have the same hypotheses."""
+    tokens_equal = {k: v[0] for k, v in x["hyps"].items()} == {k: v[0] for k, v in y["hyps"].items()}
+    score_diff = max((abs(v[1] - y["hyps"][k][1]) for k, v in x["hyps"].items() if k in y["hyps"]), default=0.0)
+    return f"{'yes' if tokens_equal else 'NO'} (max score difference {score_diff:.1e})"
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--work-dir", default="demo_out")
@@ -73,23 +108,10 @@ def main():
         a.train_sentences, a.pretrain_updates, a.finetune_updates = 4000, 300, 150
     t0 = time.time()
     work = os.path.abspath(a.work_dir)
-    raw, data = os.path.join(work, "raw"), os.path.join(work, "data-bin")
     os.makedirs(work, exist_ok=True)
 
-    print("== 1. corpus (synthetic, offline) and fairseq-preprocess")
-    from fairseq_sparse.synthetic_corpus import make_corpus
-    make_corpus(raw, train=a.train_sentences, valid=300, test=300, long_test=a.long_length)
-    if not os.path.exists(os.path.join(data, "dict.src.txt")):
-        sh([os.path.join(BIN, "fairseq-preprocess"), "--source-lang", "src", "--target-lang", "tgt",
-            "--trainpref", f"{raw}/train", "--validpref", f"{raw}/valid", "--testpref", f"{raw}/test,{raw}/test-long",
-            "--destdir", data, "--joined-dictionary", "--workers", "2"], os.path.join(work, "preprocess.log"))
-
-    print("== 2. a stock fairseq transformer (the converged model)")
-    base_dir = os.path.join(work, "transformer")
-    sh([os.path.join(BIN, "fairseq-train"), data, "--user-dir", USER_DIR, "--arch", "transformer",
-        "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--save-dir", base_dir,
-        "--max-update", str(a.pretrain_updates)] + MODEL + TRAIN, os.path.join(work, "train_transformer.log"))
-    base_ckpt = os.path.join(base_dir, "checkpoint_last.pt")
+    data = prepare_data(work, a.train_sentences, a.long_length)
+    base_ckpt = train_base(work, data, a.pretrain_updates)
 
     print(f"== 3. fine-tune with L0Drop, lambda {a.l0drop_lambda} (paper 000 Sec. 6)")
     l0_dir = os.path.join(work, "l0drop")
@@ -141,13 +163,8 @@ def main():
     print(f"{'transformer (same number of updates)':38s} {base['bleu']:6.2f} {'0.0%':>9s} {base['sent_per_s']:8.1f}")
     print(f"{'transformer_l0drop, pruned decoding':38s} {pruned['bleu']:6.2f} {100 * pruned['sparsity']:8.1f}% {pruned['sent_per_s']:8.1f}")
     print(f"{'transformer_l0drop, full memory':38s} {full['bleu']:6.2f} {100 * full['sparsity']:8.1f}% {full['sent_per_s']:8.1f}")
-    def same(x, y):
-        tokens_equal = {k: v[0] for k, v in x["hyps"].items()} == {k: v[0] for k, v in y["hyps"].items()}
-        score_diff = max((abs(v[1] - y["hyps"][k][1]) for k, v in x["hyps"].items() if k in y["hyps"]), default=0.0)
-        return f"{'yes' if tokens_equal else 'NO'} (max score difference {score_diff:.1e})"
-
-    print(f"pruned and full-memory decoding give identical hypotheses: {same(pruned, full)} on test, "
-          f"{same(long_pruned, long_full)} on {a.long_length}-token inputs")
+    print(f"pruned and full-memory decoding give identical hypotheses: {same_hypotheses(pruned, full)} on test, "
+          f"{same_hypotheses(long_pruned, long_full)} on {a.long_length}-token inputs")
     print(f"BLEU change from L0Drop: {pruned['bleu'] - base['bleu']:+.2f}")
     print(f"{a.long_length}-token inputs: sparsity {100 * long_pruned['sparsity']:.1f}%, decoding "
           f"{long_full['seconds']:.2f}s -> {long_pruned['seconds']:.2f}s, speed ratio pruned/unpruned "

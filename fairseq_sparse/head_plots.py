@@ -21,7 +21,7 @@ import numpy as np  # noqa: E402
 def head_heatmap(values, path: str, title: str, cbar_label: str, row_labels: Optional[Sequence[str]] = None,
                  annotate: bool = True, mask=None, col_labels: Optional[Sequence[str]] = None,
                  cell_text=None, vmin: Optional[float] = None, vmax: Optional[float] = None,
-                 cmap: str = "viridis") -> str:
+                 cmap: str = "viridis", xlabel: str = "head") -> str:
     """Save a [layers x heads] heat map as a PNG at ``path`` and return the path.
 
     Args:
@@ -31,6 +31,7 @@ def head_heatmap(values, path: str, title: str, cbar_label: str, row_labels: Opt
         cbar_label: colour bar label (what the values are).
         row_labels: one label per row (default "layer 0", "layer 1", ...).
         annotate: write each cell's value (or ``cell_text``) into the cell.
+        xlabel: what the columns are (default "head").
         mask: optional boolean array of ``values``' shape; True cells are drawn hatched/blank as if nan.
         col_labels: one label per column (default "0", "1", ...: head ids).
         cell_text: optional array of strings of ``values``' shape to print instead of the numbers.
@@ -85,7 +86,7 @@ def head_heatmap(values, path: str, title: str, cbar_label: str, row_labels: Opt
     ax.set_xticklabels(col_labels, fontsize=8)
     ax.set_yticks(range(n_rows))
     ax.set_yticklabels(row_labels, fontsize=8)
-    ax.set_xlabel("head")
+    ax.set_xlabel(xlabel)
     ax.set_title("\n".join(textwrap.wrap(title, int(width * 12))), fontsize=9)
     cbar = fig.colorbar(im, ax=ax)
     cbar.set_label("\n".join(textwrap.wrap(cbar_label, 28)), fontsize=8)

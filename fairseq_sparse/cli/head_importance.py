@@ -618,7 +618,8 @@ def cmd_keep_one(args, sess):
         lim = max(float(np.nanmax(np.abs(m))), 1e-6)
         head_heatmap(m, os.path.join(args.output_dir, "keep_one.png"),
                      f"Best BLEU delta with one head per layer (base {base['bleu']:.2f}; * p<{args.alpha:g})",
-                     "delta BLEU", col_labels=types, cell_text=text, vmin=-lim, vmax=lim, cmap="RdBu")
+                     "delta BLEU", col_labels=types, cell_text=text, vmin=-lim, vmax=lim, cmap="RdBu",
+                     xlabel="attention type")
     print(f"base BLEU {base['bleu']:.2f}; one head kept per layer (select: {args.select}):")
     for r in rows:
         print(f"  {r['type']:6s} layer {r['layer']}: head {r['kept_head_id']} {r['delta']:+.2f}"
