@@ -109,7 +109,7 @@ def main():
           f"{gated_pruned['sent_per_s']:7.1f}")
     print("heads kept per layer after gate training: " + ", ".join(f"{t} {v}" for t, v in per_type))
     print(f"gated and exported models give identical hypotheses: {same_hypotheses(gated, gated_pruned)}")
-    curve = [line for line in curve_log.splitlines() if "%" in line and "BLEU" not in line][:12]
+    curve = [line for line in curve_log.splitlines() if "%:" in line and " | " not in line][:12]
     if curve:
         print("pruning curve (BLEU on the first %d test sentences, see heads/curve/):" % a.eval_sentences)
         for line in curve:
