@@ -16,6 +16,7 @@ setup(
             "fairseq-sparse-prune-heads = fairseq_sparse.cli.prune_heads:cli_main",
             "fairseq-sparse-head-analysis = fairseq_sparse.cli.head_analysis:cli_main",
             "fairseq-sparse-heads = fairseq_sparse.cli.head_importance:cli_main",
+            "fairseq-sparse-attention = fairseq_sparse.cli.attention_analysis:cli_main",
         ]
     },
 )

@@ -5,8 +5,10 @@
 1. head importance I_h of the converged transformer and the pruning curve (paper 003 Sec. 4);
 2. the 50% least important heads cut out of the weights (fairseq-sparse-prune-heads), decoded with
    plain fairseq-generate: BLEU, parameters and speed against the full model;
-3. fine-tuning with L0 head gates (paper 001 Sec. 6), export of the heads whose gate closed;
-4. head confidence and positional heads of the converged model (paper 001 Sec. 4-5).
+3. head confidence and positional heads of the converged model (paper 001 Sec. 4-5).
+
+Head-gate fine-tuning (paper 001 Sec. 6) is not part of the demo: on this CPU budget (1000 updates) the
+gates did not close without hurting the model (see README); the tests cover its mechanics.
 
 Every step is a console script, so the printed commands are what a user would run.
 """
@@ -18,11 +20,20 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from l0drop_demo import BIN, MODEL, TRAIN, USER_DIR, generate, prepare_data, same_hypotheses, sh, train_base  # noqa: E402
+from l0drop_demo import BIN, generate, prepare_data, sh, train_base  # noqa: E402
 
 
 def console(name):
     return os.path.join(BIN, name)
+
+
+def tool_args(ckpt, sentences):
+    return ["--path", ckpt, "--cpu", "--no-progress-bar", "--beam", "4", "--max-sentences", str(sentences)]
+
+
+def evaluate_bleu(data, ckpt, sentences, extra=()):
+    out = sh([console("fairseq-sparse-heads"), "evaluate", data] + tool_args(ckpt, sentences) + list(extra))
+    return float(re.search(r"^BLEU ([\d.]+) on", out, re.M).group(1))
 
 
 def heads_kept(out):
@@ -35,14 +46,15 @@ def main():
     p.add_argument("--work-dir", default="demo_out")
     p.add_argument("--train-sentences", type=int, default=20000)
     p.add_argument("--pretrain-updates", type=int, default=1500, help="updates of the stock transformer (if not there)")
-    p.add_argument("--gate-updates", type=int, default=1000, help="updates of head-gate fine-tuning")
-    p.add_argument("--head-gates-lambda", type=float, default=0.05)
     p.add_argument("--prune-fraction", type=float, default=0.5, help="share of heads removed by importance")
+    p.add_argument("--prune-types", nargs="+", default=["enc"], choices=["all", "enc", "dec", "encdec"],
+                   help="attention types pruned by importance (default enc: paper 001 and 003 find encoder "
+                        "self-attention the most prunable, encoder-decoder attention the least)")
     p.add_argument("--eval-sentences", type=int, default=150, help="sentences of the BLEU evaluations of the curve")
     p.add_argument("--quick", action="store_true", help="a much smaller run to check the pipeline")
     a = p.parse_args()
     if a.quick:
-        a.train_sentences, a.pretrain_updates, a.gate_updates, a.eval_sentences = 4000, 300, 150, 40
+        a.train_sentences, a.pretrain_updates, a.eval_sentences = 4000, 300, 40
     t0 = time.time()
     work = os.path.abspath(a.work_dir)
     heads = os.path.join(work, "heads")
@@ -50,12 +62,13 @@ def main():
     data = prepare_data(work, a.train_sentences)
     base_ckpt = train_base(work, data, a.pretrain_updates)
 
-    print(f"== H1. head importance and the pruning curve (paper 003), mask of the {a.prune_fraction:.0%} least important")
+    print(f"== H1. head importance and the pruning curve (paper 003), mask of the {a.prune_fraction:.0%} least "
+          f"important {'/'.join(a.prune_types)} heads")
     mask = os.path.join(heads, "mask.json")
-    common = ["--path", base_ckpt, "--cpu", "--no-progress-bar", "--beam", "4", "--max-sentences", str(a.eval_sentences)]
+    common = tool_args(base_ckpt, a.eval_sentences)
     sh([console("fairseq-sparse-heads"), "importance", data] + common + [
         "--output-dir", os.path.join(heads, "importance"), "--write-mask", mask,
-        "--prune-fraction", str(a.prune_fraction)], os.path.join(heads, "importance.log"))
+        "--prune-fraction", str(a.prune_fraction), "--mask-types"] + a.prune_types, os.path.join(heads, "importance.log"))
     curve_log = sh([console("fairseq-sparse-heads"), "prune-curve", data] + common + [
         "--output-dir", os.path.join(heads, "curve"), "--modes", "all", "enc", "dec", "encdec"],
         os.path.join(heads, "curve.log"))
@@ -70,29 +83,11 @@ def main():
     # the same again, so the speed comparison is not one run against one run on a busy machine
     full2 = generate(data, base_ckpt, "test")
     pruned2 = generate(data, pruned_ckpt, "test")
+    # masked model (in-process mask) and exported model score the same on the same sentences
+    masked_bleu = evaluate_bleu(data, base_ckpt, a.eval_sentences, ["--head-mask", mask])
+    pruned_subset_bleu = evaluate_bleu(data, pruned_ckpt, a.eval_sentences)
 
-    print(f"== H3. fine-tune with head gates, lambda {a.head_gates_lambda} (paper 001 Sec. 6), export closed heads")
-    gate_dir = os.path.join(heads, "gates")
-    log = sh([console("fairseq-train"), data, "--user-dir", USER_DIR, "--arch", "transformer_head_gates",
-              "--criterion", "label_smoothed_cross_entropy_with_sparsity", "--label-smoothing", "0.1",
-              "--head-gates-lambda", str(a.head_gates_lambda), "--finetune-from-model", base_ckpt,
-              # gates start half open and take larger steps than a converged model's weights need: a short
-              # fine-tuning (the paper's runs are far longer) has to move log alpha by about 3 to close a gate
-              "--head-gates-init-log-alpha", "0", "--save-dir", gate_dir, "--max-update", str(a.gate_updates)]
-             + MODEL + [x for x in TRAIN] + ["--lr-scheduler", "fixed", "--lr", "5e-3"],
-             os.path.join(heads, "train_gates.log"))
-    valid = [line for line in log.splitlines() if "| valid |" in line]
-    if valid:
-        print("   last validation:", valid[-1].split("| valid |")[1].strip())
-    gate_ckpt = os.path.join(gate_dir, "checkpoint_last.pt")
-    gate_pruned_ckpt = os.path.join(heads, "gates_pruned.pt")
-    out = sh([console("fairseq-sparse-prune-heads"), "--path", gate_ckpt, "--output", gate_pruned_ckpt, "--overwrite"])
-    g_kept, g_total, _, g_params = heads_kept(out)
-    per_type = re.findall(r"^\s+(enc|dec|encdec)\s+heads per layer: (\[.*\])$", out, re.M)
-    gated = generate(data, gate_ckpt, "test", log=os.path.join(heads, "gen_gated.txt"))
-    gated_pruned = generate(data, gate_pruned_ckpt, "test", log=os.path.join(heads, "gen_gated_pruned.txt"))
-
-    print("== H4. head confidence and functions of the converged model (paper 001)")
+    print("== H3. head confidence and functions of the converged model (paper 001)")
     sh([console("fairseq-sparse-head-analysis"), data, "--path", base_ckpt, "--output-dir",
         os.path.join(heads, "analysis"), "--max-sentences", "300", "--rare-min-rank", "20"],
        os.path.join(heads, "analysis.log"))
@@ -101,14 +96,11 @@ def main():
     print(f"{'model':44s} {'heads':>7s} {'params':>8s} {'BLEU':>6s} {'sent/s':>7s}")
     print(f"{'transformer (all heads)':44s} {total:>7d} {params_full:>8d} {full['bleu']:6.2f} "
           f"{max(full['sent_per_s'], full2['sent_per_s']):7.1f}")
-    print(f"{f'importance-pruned {a.prune_fraction:.0%}, physically removed':44s} {kept:>7d} {params_pruned:>8d} "
+    label = f"importance-pruned {a.prune_fraction:.0%} of {'/'.join(a.prune_types)}, cut out"
+    print(f"{label:44s} {kept:>7d} {params_pruned:>8d} "
           f"{pruned['bleu']:6.2f} {max(pruned['sent_per_s'], pruned2['sent_per_s']):7.1f}")
-    print(f"{'head gates fine-tuned (gated model)':44s} {g_total:>7d} {'':>8s} {gated['bleu']:6.2f} "
-          f"{gated['sent_per_s']:7.1f}")
-    print(f"{'head gates, closed heads removed':44s} {g_kept:>7d} {g_params:>8d} {gated_pruned['bleu']:6.2f} "
-          f"{gated_pruned['sent_per_s']:7.1f}")
-    print("heads kept per layer after gate training: " + ", ".join(f"{t} {v}" for t, v in per_type))
-    print(f"gated and exported models give identical hypotheses: {same_hypotheses(gated, gated_pruned)}")
+    print(f"masked (fairseq-sparse-heads evaluate) and physically pruned BLEU on the curve's sentences: "
+          f"{masked_bleu:.2f} / {pruned_subset_bleu:.2f}")
     curve = [line for line in curve_log.splitlines() if "%:" in line and " | " not in line][:12]
     if curve:
         print("pruning curve (BLEU on the first %d test sentences, see heads/curve/):" % a.eval_sentences)

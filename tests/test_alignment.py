@@ -1,0 +1,386 @@
+"""Word alignment from attention (AER, SAER of paper 002 Eq. 23, argmax extraction, subword merging,
+cumulative coverage of paper 004 Eq. 2) on hand-made inputs whose answers are computed by hand, and
+the fairseq-sparse-attention console tool end to end (stock transformer with the synthetic corpus's
+true word alignment as gold; L0Drop model with the paper 000 Fig. 1/7/8 analyses)."""
+import csv
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import fairseq_sparse  # noqa: F401  (registers the plugin and fairseq's checkpoint classes)
+from conftest import console, run
+from fairseq_sparse import alignment as al
+from fairseq_sparse.cli import attention_analysis as aa
+
+ENV = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+
+
+# ----------------------------------------------------------------------------------------------
+# gold files
+
+
+def write(path, lines):
+    with open(path, "w") as f:
+        f.write("".join(line + "\n" for line in lines))
+    return str(path)
+
+
+def test_one_file_convention_sure_dash_possible_question_mark(tmp_path):
+    gold = al.read_gold_alignments(write(tmp_path / "g", ["0-0 1?2 2-1", "", "3?0"]))
+    assert gold[0] == ({(0, 0), (2, 1)}, {(0, 0), (2, 1), (1, 2)})  # P includes S
+    assert gold[1] == (set(), set())  # an empty line: a sentence without links
+    assert gold[2] == (set(), {(3, 0)})
+    # 1-based files (lilt/alignment-scripts, awesome-align gold)
+    one = al.read_gold_alignments(write(tmp_path / "g1", ["1-1 2?3 3-2", "", "4?1"]), index_base=1)
+    assert one == gold
+    with pytest.raises(al.GoldAlignmentError, match=r"g0:1: link '0-1' has an index below 1"):
+        al.read_gold_alignments(write(tmp_path / "g0", ["0-1"]), index_base=1)
+    with pytest.raises(al.GoldAlignmentError, match=r"bad:2: bad link '1:2'"):
+        al.read_gold_alignments(write(tmp_path / "bad", ["0-0", "0-1 1:2"]))
+
+
+def test_two_file_convention_gives_the_same_sets(tmp_path):
+    sure = write(tmp_path / "sure", ["0-0 2-1", "", "1-1"])
+    only_possible = write(tmp_path / "possible", ["1-2", "0-0", ""])
+    whole_p = write(tmp_path / "p_all", ["0-0 2-1 1-2", "0?0", "1-1"])  # P given in full, '?' accepted too
+    a = al.read_gold_alignments(sure, only_possible)
+    b = al.read_gold_alignments(sure, whole_p)
+    assert a == b == [({(0, 0), (2, 1)}, {(0, 0), (2, 1), (1, 2)}), (set(), {(0, 0)}), ({(1, 1)}, {(1, 1)})]
+    short = write(tmp_path / "short", ["1-2", "0-0"])
+    with pytest.raises(al.GoldAlignmentError, match=r"has 2 lines, .* has 3: sentence 2 \(line 3\)") as e:
+        al.read_gold_alignments(sure, short)
+    assert e.value.sentence == 2
+
+
+def test_check_gold_names_the_first_bad_sentence():
+    gold = [({(0, 0)}, {(0, 0)}), ({(1, 1)}, {(1, 1), (2, 0)}), ({(5, 0)}, {(5, 0)})]
+    al.check_gold_alignments(gold, [2, 3, 6], [1, 2, 1])  # fits
+    with pytest.raises(al.GoldAlignmentError, match=r"has 3 sentences, the data has 4: sentence 3 \(line 4\) is "
+                                                    r"missing") as e:
+        al.check_gold_alignments(gold, [2, 3, 6, 1], [1, 2, 1, 1])
+    assert e.value.sentence == 3
+    with pytest.raises(al.GoldAlignmentError, match="sentence 2 .line 3. is extra"):
+        al.check_gold_alignments(gold, [2, 3], [1, 2])
+    # sentence 1's possible link 2-0 needs 3 source words; sentence 2 is bad too, 1 is named
+    with pytest.raises(al.GoldAlignmentError, match=r"gold sentence 1 \(line 2\): link 2-0 is out of range, the "
+                                                    r"sentence has 2 source and 2 target words \(bad source") as e:
+        al.check_gold_alignments(gold, [2, 2, 5], [1, 2, 1])
+    assert e.value.sentence == 1
+    with pytest.raises(al.GoldAlignmentError, match=r"sentence 0 .*bad target"):
+        al.check_gold_alignments(gold, [2, 3, 6], [0, 2, 1])
+
+
+# ----------------------------------------------------------------------------------------------
+# AER and SAER
+
+
+def test_aer_by_hand_and_summed_over_the_corpus():
+    # sentence 1: S = {0-0, 1-1}, P = S + {2-1}; A = {0-0, 2-1, 2-2}
+    #   |A∩S| = 1 (0-0), |A∩P| = 2 (0-0, 2-1), |A| = 3, |S| = 2 -> AER = 1 - (1 + 2) / (3 + 2) = 0.4
+    s1, p1, a1 = {(0, 0), (1, 1)}, {(0, 0), (1, 1), (2, 1)}, {(0, 0), (2, 1), (2, 2)}
+    assert al.aer([a1], [(s1, p1)]) == pytest.approx(0.4)
+    np.testing.assert_array_equal(al.aer_counts(a1, s1, p1), [1, 2, 3, 2])
+    # sentence 2: S = P = {0-0}, A = {1-0}: counts 0, 0, 1, 1 (AER 1.0)
+    # corpus: 1 - (1 + 2 + 0 + 0) / (3 + 2 + 1 + 1) = 4/7 (not the mean of 0.4 and 1.0, 0.7)
+    assert al.aer([a1, {(1, 0)}], [(s1, p1), ({(0, 0)}, {(0, 0)})]) == pytest.approx(4 / 7)
+    # the possible set passed without the sure links: P = S ∪ P all the same
+    assert al.aer([a1], [(s1, {(2, 1)})]) == pytest.approx(0.4)
+    assert al.aer([{(0, 0), (1, 1)}], [(s1, s1)]) == 0.0
+    assert math.isnan(al.aer([set()], [(set(), set())]))
+
+
+def test_saer_paper_002_eq_23_by_hand():
+    # M_A: 2 target words x 3 source words (row j = target word j); S = {0-0}; P = S + {1-1, 2-1}
+    m = np.array([[0.7, 0.2, 0.1],
+                  [0.1, 0.6, 0.3]])
+    s, p = {(0, 0)}, {(0, 0), (1, 1), (2, 1)}
+    # |M_A x M_S| = M[0,0] = 0.7; |M_A x M_P| = M[0,0] + M[1,1] + M[1,2] = 0.7 + 0.6 + 0.3 = 1.6
+    # |M_A| = 2.0; |M_S| = 1 -> SAER = 1 - (0.7 + 1.6) / (2.0 + 1) = 1 - 2.3 / 3 = 0.23333
+    assert al.saer([m], [(s, p)]) == pytest.approx(1 - 2.3 / 3)
+    np.testing.assert_allclose(al.saer_counts(m, s, p), [0.7, 1.6, 2.0, 1.0])
+    # the EOS column dropped without renormalising: row [0.5, 0.3] (+ 0.2 on EOS), S = P = {0-0}
+    # -> 1 - (0.5 + 0.5) / (0.8 + 1) = 1 - 1 / 1.8
+    assert al.saer([np.array([[0.5, 0.3]])], [({(0, 0)}, {(0, 0)})]) == pytest.approx(1 - 1 / 1.8)
+    # one-hot M_A (the argmax alignment) -> SAER = AER; the argmax links of m are {0-0, 1-1}:
+    # |A∩S| = 1, |A∩P| = 2, |A| = 2, |S| = 1 -> 1 - 3/3 = 0
+    hard = np.eye(3)[m.argmax(1)]
+    assert al.saer([hard], [(s, p)]) == pytest.approx(al.aer([al.argmax_links(m)], [(s, p)])) == pytest.approx(0.0)
+    with pytest.raises(ValueError):
+        al.saer([m, m], [(s, p)])
+
+
+# ----------------------------------------------------------------------------------------------
+# extraction: EOS dropped, subwords merged, argmax
+
+
+def test_word_ids_and_merging_subwords():
+    assert al.word_ids(["new@@", "york", "is", "big@@", "g@@", "er"]) == [0, 0, 1, 2, 2, 2]
+    assert al.word_ids(["a@@", "b"], separator=None) == [0, 1]
+    # target pieces New@@ York | ist, source pieces new@@ york | is
+    attn = np.array([[0.5, 0.3, 0.2],   # New@@
+                     [0.1, 0.5, 0.4],   # York
+                     [0.2, 0.2, 0.6]])  # ist
+    # to a source word: sum over its pieces -> rows [0.8, 0.2], [0.6, 0.4], [0.4, 0.6]
+    # from a target word: mean over its pieces -> New York = ([0.8, 0.2] + [0.6, 0.4]) / 2 = [0.7, 0.3]
+    merged = al.merge_subwords(attn, [0, 0, 1], [0, 0, 1])
+    np.testing.assert_allclose(merged, [[0.7, 0.3], [0.4, 0.6]])
+    np.testing.assert_allclose(merged.sum(1), 1.0)  # rows still sum to 1
+    assert al.argmax_links(merged) == {(0, 0), (1, 1)}
+    # batched: leading dims are kept
+    np.testing.assert_allclose(al.merge_subwords(np.stack([attn, attn]), [0, 0, 1], [0, 0, 1])[1], merged)
+
+
+def test_word_matrix_drops_eos_rows_and_columns_before_argmax():
+    # target T1 T2 </s>, source a@@ b c </s>; target T1's largest weight is on the source EOS
+    attn = np.array([[0.20, 0.05, 0.15, 0.60],
+                     [0.10, 0.10, 0.50, 0.30],
+                     [0.25, 0.25, 0.25, 0.25]])
+    m = al.word_matrix(attn, ["a@@", "b", "c", "</s>"], ["T1", "T2", "</s>"],
+                       [False, False, False, True], [False, False, True])
+    # source words: a@@b = pieces 0+1, c; rows of T1, T2 only; no renormalisation
+    np.testing.assert_allclose(m, [[0.25, 0.15], [0.20, 0.50]])
+    assert al.argmax_links(m) == {(0, 0), (1, 1)}
+    assert al.argmax_links(attn) == {(3, 0), (2, 1), (0, 2)}  # with EOS kept, T1 would link to </s>
+    assert al.argmax_links(np.zeros((2, 0))) == set()
+    assert al.format_links({(1, 1), (0, 0), (2, 0)}) == "0-0 2-0 1-1"
+
+
+def test_layer_average_averages_heads_within_each_layer_first():
+    # layer 0: two heads, layer 1: one head (physically pruned), layer 2: no heads
+    l0 = np.array([[[1.0, 0.0]], [[0.0, 1.0]]])  # head mean [0.5, 0.5]
+    l1 = np.array([[[0.9, 0.1]]])
+    np.testing.assert_allclose(al.layer_average([l0, l1, None]), [[0.7, 0.3]])  # (0.5 + 0.9) / 2
+    np.testing.assert_allclose(al.layer_average([l0, l1, None], [1]), [[0.9, 0.1]])
+    assert al.layer_average([l0, l1, None], [2]) is None
+
+
+# ----------------------------------------------------------------------------------------------
+# cumulative coverage (paper 004 Eq. 2) and entropy
+
+
+def test_cumulative_coverage_by_hand():
+    # sentence 1, N = 4 source words, three layers:
+    #   A_1 = {0}; A_2 = {1, 2}; A_3 = {0, 3} -> |A_1| = 1, |A_1 ∪ A_2| = 3, |A_1 ∪ A_2 ∪ A_3| = 4
+    # sentence 2, N = 2: A_1 = {1}, A_2 = {1}, layer 3 has no heads -> 1, 1, 1
+    # corpus: (1 + 1) / 6, (3 + 1) / 6, (4 + 1) / 6 (the per-sentence mean would give 0.375 at layer 1)
+    s1 = [{(0, 0), (0, 1)}, {(1, 0), (2, 1)}, {(0, 0), (3, 1)}]
+    s2 = [{(1, 0)}, {(1, 0)}, None]
+    assert al.cumulative_covered(s1) == [1, 3, 4]
+    assert al.cumulative_covered(s2) == [1, 1, 1]
+    np.testing.assert_allclose(al.cumulative_coverage([s1, s2], [4, 2]), [2 / 6, 4 / 6, 5 / 6])
+    assert np.isnan(al.cumulative_coverage([[set()]], [0])).all()
+
+
+def test_entropy_in_nats():
+    np.testing.assert_allclose(al.entropy(np.array([[0.25] * 4, [1.0, 0, 0, 0]])), [math.log(4), 0.0])
+    np.testing.assert_allclose(al.entropy(np.array([0.5, 0.5, 0.0])), math.log(2))
+
+
+def test_parse_layers():
+    assert aa.parse_layers("all", 3) == [0, 1, 2]
+    assert aa.parse_layers("last", 3) == [2]
+    assert aa.parse_layers("2,0,-1", 3) == [0, 2]
+    with pytest.raises(ValueError, match="layer 3 does not exist"):
+        aa.parse_layers("3", 3)
+    with pytest.raises(ValueError, match="not a layer index"):
+        aa.parse_layers("top", 3)
+
+
+# ----------------------------------------------------------------------------------------------
+# the console tool
+
+
+def synthetic_gold(src_line, tgt_line):
+    """The true word alignment of fairseq_sparse.synthetic_corpus: content word wN translates to TN in
+    order, except after the marker ``swap`` whose two content words come out swapped; function words
+    are unaligned. Sure links for content words; the marker is a possible link of both swapped words."""
+    src, tgt = src_line.split(), tgt_line.split()
+    sure, possible, i, j = [], [], 0, 0
+    while i < len(src):
+        if src[i] == "swap":
+            sure += [(i + 2, j), (i + 1, j + 1)]
+            possible += [(i, j), (i, j + 1)]
+            i, j = i + 3, j + 2
+        elif src[i].startswith("w"):
+            sure.append((i, j))
+            i, j = i + 1, j + 1
+        else:
+            i += 1
+    assert j == len(tgt) and all("T" + src[a][1:] == tgt[b] for a, b in sure), (src_line, tgt_line)
+    return sure, possible
+
+
+def write_gold(corpus, directory, two_files=False):
+    with open(os.path.join(corpus["raw"], "test.src")) as f:
+        src = f.read().splitlines()
+    with open(os.path.join(corpus["raw"], "test.tgt")) as f:
+        tgt = f.read().splitlines()
+    golds = [synthetic_gold(s, t) for s, t in zip(src, tgt)]
+    if two_files:
+        return (write(os.path.join(directory, "sure.align"), [" ".join(f"{a}-{b}" for a, b in s) for s, _ in golds]),
+                write(os.path.join(directory, "possible.align"), [" ".join(f"{a}-{b}" for a, b in p) for _, p in golds]))
+    return write(os.path.join(directory, "gold.align"),
+                 [" ".join([f"{a}-{b}" for a, b in s] + [f"{a}?{b}" for a, b in p]) for s, p in golds]), src, tgt
+
+
+def read_tsv(path):
+    with open(path) as f:
+        return list(csv.DictReader(f, delimiter="\t"))
+
+
+def test_console_tool_on_the_stock_transformer(stock_transformer_ckpt, corpus, tmp_path):
+    gold, src, tgt = write_gold(corpus, tmp_path)
+    out = tmp_path / "out"
+    proc = run([console("fairseq-sparse-attention"), corpus["bin"], "--path", stock_transformer_ckpt,
+                "--output-dir", str(out), "--gold", gold, "--batch-size", "16", "--no-progress-bar"], env=ENV)
+    for name in ("layers.tsv", "heads.tsv", "attention.json", "alignment.txt", "layers.png",
+                 "entropy_heads.png", "max_weight_heads.png"):
+        assert (out / name).is_file() and (out / name).stat().st_size > 0, name
+    assert not (out / "l0drop_attention.png").exists()  # a stock transformer has no gates
+    layers = read_tsv(out / "layers.tsv")
+    assert [r["layer"] for r in layers] == ["0", "1", "align:0,1"]
+    result = json.loads((out / "attention.json").read_text())
+    n_src = sum(len(s.split()) for s in src)
+    assert result["sentences"] == len(src) and result["source_words"] == n_src
+    assert result["target_tokens"] == sum(len(t.split()) + 1 for t in tgt)  # + the final EOS
+    rows = result["layers"]
+    for r in rows:
+        assert 0 < r["entropy"] and 0 < r["entropy_heads"] <= r["entropy"] + 1e-9  # concavity of entropy
+        assert 0 < r["max_weight"] <= 1 and 0 <= r["aer"] <= 1 and 0 <= r["saer"] <= 1
+    # coverage: cumulative, never below the layer alone, and at most the aligned (content) words
+    assert rows[0]["coverage"] == pytest.approx(rows[0]["coverage_layer"])
+    assert rows[0]["coverage"] <= rows[1]["coverage"] and rows[1]["coverage_layer"] <= rows[1]["coverage"]
+    # the hypothesis file re-scored independently gives the tool's combined AER
+    gold_sets = al.read_gold_alignments(gold)
+    hyps = [al.parse_links(line)[0] for line in (out / "alignment.txt").read_text().splitlines()]
+    assert len(hyps) == len(src) and all(len(h) == len(t.split()) for h, t in zip(hyps, tgt))  # one link per word
+    assert al.aer(hyps, gold_sets) == pytest.approx(result["align"]["aer"])
+    # the trained model aligns far better than chance (a random source word per target word: AER ~ 0.9)
+    assert min(r["aer"] for r in rows) < 0.75
+    heads = read_tsv(out / "heads.tsv")
+    assert [(h["layer"], h["head"]) for h in heads] == [(str(l), str(h)) for l in range(2) for h in range(4)]
+    for l in range(2):  # the mean of the per-head entropies is the layer's entropy_heads
+        assert np.mean([float(h["entropy"]) for h in heads if h["layer"] == str(l)]) == pytest.approx(
+            rows[l]["entropy_heads"], abs=1e-3)
+    assert "AER" in proc.stdout and "alignment from layers 0,1" in proc.stdout
+
+
+def test_capture_is_fairseqs_own_attention(stock_transformer_ckpt, corpus):
+    """The per-head weights the tool captures average to what fairseq's decoder returns for
+    alignment_layer (its --print-alignment path), and capturing changes no output."""
+    from fairseq import checkpoint_utils
+
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task([stock_transformer_ckpt],
+                                                                    arg_overrides={"data": corpus["bin"]})
+    model = models[0].eval()
+    task.load_dataset("test")
+    ds = task.dataset("test")
+    sample = ds.collater([ds[i] for i in range(5)])
+    net = sample["net_input"]
+    layers = model.decoder.layers
+    with torch.no_grad():
+        ref = [model(**net, alignment_layer=l, alignment_heads=4) for l in range(len(layers))]
+        with aa.AttentionRecorder([layer.encoder_attn for layer in layers]) as rec:
+            out, _ = model(**net)
+        assert torch.allclose(out, ref[0][0], atol=1e-5)
+        for l in range(len(layers)):
+            assert rec.weights[l].shape == (4, 5, net["prev_output_tokens"].size(1), net["src_tokens"].size(1))
+            torch.testing.assert_close(rec.weights[l].mean(0), ref[l][1]["attn"][0], atol=1e-5, rtol=1e-4)
+    assert not any("skip_embed_dim_check" in layer.encoder_attn.__dict__ and layer.encoder_attn.skip_embed_dim_check
+                   for layer in layers)  # restored
+
+
+def test_two_gold_files_and_align_layers(stock_transformer_ckpt, corpus, tmp_path, capsys):
+    one, _, _ = write_gold(corpus, tmp_path)
+    sure, possible = write_gold(corpus, tmp_path, two_files=True)
+    a = aa.main([corpus["bin"], "--path", stock_transformer_ckpt, "--output-dir", str(tmp_path / "a"),
+                 "--gold", one, "--align-layers", "last", "--max-sentences", "20", "--no-progress-bar"])
+    b = aa.main([corpus["bin"], "--path", stock_transformer_ckpt, "--output-dir", str(tmp_path / "b"),
+                 "--gold", sure, "--gold-possible", possible, "--align-layers", "1", "--max-sentences", "20",
+                 "--no-progress-bar"])
+    for key in ("aer", "saer"):
+        assert a["align"][key] == pytest.approx(b["align"][key])
+        assert a["layers"][1][key] == pytest.approx(b["layers"][1][key])
+        # aligning with the last layer alone is that layer's per-layer row
+        assert a["align"][key] == pytest.approx(a["layers"][1][key])
+    assert a["sentences"] == 20 and len((tmp_path / "a" / "alignment.txt").read_text().splitlines()) == 20
+
+
+@pytest.mark.parametrize("case", ["fewer_sentences", "bad_index", "bad_token", "l0drop_without_gates"])
+def test_bad_gold_fails_before_any_output(stock_transformer_ckpt, corpus, tmp_path, capsys, case):
+    gold, src, _ = write_gold(corpus, tmp_path)
+    lines = open(gold).read().splitlines()
+    n3 = len(src[3].split())
+    if case == "fewer_sentences":
+        lines = lines[:-1]
+    elif case == "bad_index":
+        lines[3] += f" {n3}-0"  # one past the last source word of sentence 3
+        lines[7] += " 99-0"
+    elif case == "bad_token":
+        lines[2] += " 1=2"
+    write(gold, lines)
+    out = tmp_path / "out"
+    extra = ["--l0drop"] if case == "l0drop_without_gates" else []
+    with pytest.raises(SystemExit) as exc:
+        aa.main([corpus["bin"], "--path", stock_transformer_ckpt, "--output-dir", str(out), "--gold", gold,
+                 "--no-progress-bar"] + extra)
+    assert exc.value.code != 0
+    expected = {
+        "fewer_sentences": f"the gold alignment has {len(src) - 1} sentences, the data has {len(src)}: sentence "
+                           f"{len(src) - 1} (line {len(src)}) is missing",
+        "bad_index": f"gold sentence 3 (line 4): link {n3}-0 is out of range, the sentence has {n3} source",
+        "bad_token": "gold.align:3: bad link '1=2'",
+        "l0drop_without_gates": "has no L0Drop gates; pass --gates-from",
+    }[case]
+    err = capsys.readouterr().err
+    assert expected in err
+    if case == "bad_index":
+        assert repr(src[3]) in err  # the offending sentence is shown
+    assert not out.exists()
+
+
+def test_console_tool_on_l0drop(l0drop_ckpt, stock_transformer_ckpt, corpus, tmp_path):
+    gold, src, tgt = write_gold(corpus, tmp_path)
+    out = tmp_path / "out"
+    proc = run([console("fairseq-sparse-attention"), corpus["bin"], "--path", l0drop_ckpt, "--output-dir", str(out),
+                "--gold", gold, "--no-progress-bar"], env=ENV)
+    for name in ("l0drop_attention.png", "l0drop_entropy.png", "l0drop_tokens.tsv", "layers.tsv"):
+        assert (out / name).is_file() and (out / name).stat().st_size > 0, name
+    result = json.loads((out / "attention.json").read_text())
+    d = result["l0drop"]
+    tokens = read_tsv(out / "l0drop_tokens.tsv")
+    assert len(tokens) == d["source_tokens"] == sum(len(s.split()) for s in src)  # EOS excluded
+    assert [t["token"] for t in tokens] == [w for s in src for w in s.split()]
+    assert d["pruned"] == sum(t["pruned"] == "1" for t in tokens) > 0
+    assert all((float(t["gate"]) == 0) == (t["pruned"] == "1") for t in tokens)
+    by_sentence = {}
+    for t in tokens:
+        by_sentence.setdefault(int(t["id"]), []).append(t)
+    for sid, toks in by_sentence.items():
+        received = np.array([float(t["summed_attention"]) for t in toks])
+        pruned = np.array([t["pruned"] == "1" for t in toks])
+        # the attention received by a sentence's tokens is at most one unit per target word (the rest is on EOS)
+        assert received.sum() <= len(tgt[sid].split()) + 1e-3
+        # a pruned state is the zero vector: every pruned token of a sentence gets the same attention
+        if pruned.sum() > 1:
+            np.testing.assert_allclose(received[pruned], received[pruned][0], rtol=1e-3, atol=1e-4)
+        ent = np.array([float(t["encoder_entropy"]) for t in toks])
+        assert ((0 <= ent) & (ent <= math.log(len(toks) + 1) + 1e-4)).all()
+    for name, sel in (("kept", "0"), ("pruned", "1")):
+        vals = [float(t["summed_attention"]) for t in tokens if t["pruned"] == sel]
+        assert d["summed_attention"][name]["count"] == len(vals)
+        assert d["summed_attention"][name]["mean"] == pytest.approx(np.mean(vals), abs=1e-4)
+        assert sum(d["encoder_entropy"][name]["histogram"]) == len(vals)
+    assert "L0Drop:" in proc.stdout and "pruned" in proc.stdout
+
+    # the baseline classified by the L0Drop model's gates (paper 000 Fig. 8): same tokens pruned
+    base = aa.main([corpus["bin"], "--path", stock_transformer_ckpt, "--gates-from", l0drop_ckpt,
+                    "--output-dir", str(tmp_path / "base"), "--max-sentences", "10", "--no-progress-bar"])
+    base_tokens = read_tsv(tmp_path / "base" / "l0drop_tokens.tsv")
+    n10 = sum(len(s.split()) for s in src[:10])
+    assert base["l0drop"]["source_tokens"] == n10
+    assert [t["pruned"] for t in base_tokens] == [t["pruned"] for t in tokens[:n10]]
