@@ -11,14 +11,26 @@ from typing import Optional
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.dataclass.utils import gen_parser_from_dataclass
 from fairseq.models import register_model, register_model_architecture
+from fairseq.distributed import fsdp_wrap
 from fairseq.models.transformer import (
+    TransformerConfig,
+    TransformerDecoderBase,
     TransformerModel,
     base_architecture,
     transformer_iwslt_de_en,
     transformer_vaswani_wmt_en_de_big,
     transformer_wmt_en_de,
 )
+from fairseq.modules import MultiheadAttention
+from fairseq.modules.checkpoint_activations import checkpoint_wrapper
+from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 
+from ..modules.attention_normalisers import (
+    AttentionNormaliserConfig,
+    attention_normaliser_defaults,
+    build_encdec_attention,
+    check_attention_normaliser_args,
+)
 from ..modules.hard_concrete import DEFAULT_GAMMA, DEFAULT_ZETA, HardConcrete
 from ..modules.head_gates import ATTENTION_TYPES, add_head_gates, apply_kept_heads
 from ..modules.sparsity import SparsityModule
@@ -132,6 +144,25 @@ def fill_missing_sparsity_params(model, state_dict, name):
             state_dict[prefix + k] = own[k].clone()
 
 
+class NormalisedDecoderLayer(TransformerDecoderLayerBase):
+    """fairseq's decoder layer whose encoder-decoder attention uses --encdec-attention-normaliser."""
+
+    def build_encoder_attention(self, embed_dim, cfg):
+        return build_encdec_attention(embed_dim, cfg, self.quant_noise, self.quant_noise_block_size,
+                                      softmax_cls=MultiheadAttention)
+
+
+class NormalisedTransformerDecoder(TransformerDecoderBase):
+    """fairseq's TransformerDecoderBase built from :class:`NormalisedDecoderLayer`; used only when the
+    normaliser is not softmax (softmax models keep fairseq's own decoder)."""
+
+    def build_decoder_layer(self, cfg, no_encoder_attn=False):
+        layer = NormalisedDecoderLayer(cfg, no_encoder_attn)
+        if cfg.checkpoint_activations:
+            layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
+        return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not cfg.checkpoint_activations else 0)
+
+
 @register_model("transformer_head_gates")
 class HeadGatesTransformerModel(TransformerModel):
     """Transformer with one HardConcrete gate per attention head (Voita et al. 2019)."""
@@ -140,14 +171,24 @@ class HeadGatesTransformerModel(TransformerModel):
     def add_args(parser):
         TransformerModel.add_args(parser)
         gen_parser_from_dataclass(parser, HeadGatesConfig())
+        gen_parser_from_dataclass(parser, AttentionNormaliserConfig())  # paper 002 baselines (default: softmax)
 
     @classmethod
     def build_model(cls, args, task):
         head_gates_defaults(args, ",".join(ATTENTION_TYPES))
+        attention_normaliser_defaults(args)
         check_head_gate_args(args)
+        check_attention_normaliser_args(args)
         model = super().build_model(args, task)
         setup_head_gates(model, args)
         return model
+
+    @classmethod
+    def build_decoder(cls, args, tgt_dict, embed_tokens):
+        if (getattr(args, "encdec_attention_normaliser", None) or "softmax") == "softmax":
+            return super().build_decoder(args, tgt_dict, embed_tokens)
+        cfg = TransformerConfig.from_namespace(args)
+        return NormalisedTransformerDecoder(cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention)
 
     def upgrade_state_dict_named(self, state_dict, name):
         super().upgrade_state_dict_named(state_dict, name)
@@ -157,6 +198,7 @@ class HeadGatesTransformerModel(TransformerModel):
 def _gated(preset):
     def arch(args):
         head_gates_defaults(args, ",".join(ATTENTION_TYPES))
+        attention_normaliser_defaults(args)
         preset(args)
 
     return arch

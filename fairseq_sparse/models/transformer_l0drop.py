@@ -30,6 +30,13 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 from fairseq.utils import eval_bool
 from torch import Tensor
 
+from ..modules.attention_normalisers import (
+    COUNT_EXACT,
+    AttentionNormaliserConfig,
+    attention_normaliser_defaults,
+    build_encdec_attention,
+    check_attention_normaliser_args,
+)
 from ..modules.count_attention import CountAwareAttention
 from ..modules.hard_concrete import DEFAULT_BETA, DEFAULT_GAMMA, DEFAULT_ZETA, HardConcrete
 from ..modules.l0drop import DROPPED_AS_CHOICES, L0Drop, compress, decoder_padding_mask, expand_attention
@@ -184,16 +191,10 @@ class CountAwareDecoderLayer(TransformerDecoderLayerBase):
     """fairseq's decoder layer with :class:`CountAwareAttention` as encoder-decoder attention."""
 
     def build_encoder_attention(self, embed_dim, cfg):
-        return CountAwareAttention(
-            embed_dim,
-            cfg.decoder.attention_heads,
-            kdim=cfg.encoder.embed_dim,
-            vdim=cfg.encoder.embed_dim,
-            dropout=cfg.attention_dropout,
-            encoder_decoder_attention=True,
-            q_noise=self.quant_noise,
-            qn_block_size=self.quant_noise_block_size,
-        )
+        # CountAwareAttention for softmax (unchanged), NormalisedAttention (a CountAwareAttention) for
+        # the other --encdec-attention-normaliser choices
+        return build_encdec_attention(embed_dim, cfg, self.quant_noise, self.quant_noise_block_size,
+                                      softmax_cls=CountAwareAttention)
 
 
 class L0DropTransformerDecoder(TransformerDecoder):
@@ -263,6 +264,7 @@ class L0DropTransformerModel(TransformerModel):
         TransformerModel.add_args(parser)
         gen_parser_from_dataclass(parser, L0DropConfig())
         gen_parser_from_dataclass(parser, HeadGatesConfig())  # combine with head gates (default: none)
+        gen_parser_from_dataclass(parser, AttentionNormaliserConfig())  # paper 002 baselines (default: softmax)
         parser.add_argument("--pruned-decoding", type=eval_bool, default=True, metavar="BOOL", help=PRUNED_DECODING_HELP)
 
     @classmethod
@@ -272,6 +274,14 @@ class L0DropTransformerModel(TransformerModel):
             raise ValueError(f"--l0drop-dropped-as must be one of {DROPPED_AS_CHOICES}, got {args.l0drop_dropped_as!r}")
         HardConcrete(args.l0drop_beta, args.l0drop_gamma, args.l0drop_zeta)  # validates the gate options
         check_head_gate_args(args)
+        check_attention_normaliser_args(args)
+        if (args.encdec_attention_normaliser not in COUNT_EXACT and args.l0drop_dropped_as == "zero"
+                and args.pruned_decoding):
+            raise ValueError(
+                f"--encdec-attention-normaliser {args.encdec_attention_normaliser} is not exact with pruned "
+                "decoding of states dropped as zero vectors (c pruned states != one dummy with logit + log c); "
+                "use --l0drop-dropped-as mask, or switch pruned decoding off (--pruned-decoding False in "
+                "training; --model-overrides \"{'pruned_decoding': False}\" in fairseq-generate)")
         model = super().build_model(args, task)
         setup_head_gates(model, args)
         return model
@@ -301,6 +311,7 @@ def l0drop_defaults(args):
     if not hasattr(args, "pruned_decoding"):
         args.pruned_decoding = True
     head_gates_defaults(args, "")
+    attention_normaliser_defaults(args)
 
 
 @register_model_architecture("transformer_l0drop", "transformer_l0drop")
