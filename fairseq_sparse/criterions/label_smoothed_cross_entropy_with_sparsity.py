@@ -5,18 +5,39 @@ through :func:`~fairseq_sparse.modules.sparsity.collect_sparsity_terms`; each te
 the lambda that weights it. Terms are normalised like the papers' per-token mean losses, and fairseq
 divides the returned loss by ``sample_size``, so the term is added as lambda * penalty * sample_size
 (paper 000 Eq. 12 with the paper's lambda).
+
+``--attention-reg entropy|linf`` adds paper 002's attention regulariser on encoder-decoder attention
+(group ``attention_reg``, weighted by ``--attention-reg-lambda``). The criterion attaches an
+:class:`~fairseq_sparse.modules.attention_regularisers.AttentionRegulariser` to the model at its first
+forward pass, so it works with any fairseq encoder-decoder transformer (stock ``transformer`` and all
+of ours; no special architecture). The mean attention entropy and maximum weight per target token
+(``attn_entropy``, ``attn_max``) are logged in training and validation whatever ``--attention-reg`` is.
 """
+import logging
 from dataclasses import dataclass, field
 
 import torch
 from fairseq import metrics, utils
+from fairseq.dataclass import ChoiceEnum
 from fairseq.criterions import register_criterion
 from fairseq.criterions.label_smoothed_cross_entropy import (
     LabelSmoothedCrossEntropyCriterion,
     LabelSmoothedCrossEntropyCriterionConfig,
 )
 
+from ..modules.attention_regularisers import (
+    DEFAULT_HEADS,
+    DEFAULT_LAYERS,
+    HEAD_MODES,
+    REG_KINDS,
+    attach_attention_regulariser,
+    attention_capture,
+    encoder_decoder_attention,
+    parse_layers,
+)
 from ..modules.sparsity import collect_sparsity_terms, num_updates, sparsity_groups
+
+logger = logging.getLogger(__name__)
 
 STAT_PREFIX = "sparsity/"
 #: batches behind a logging output's penalties and lambdas: 1 per batch, summed like every other key when
@@ -51,6 +72,27 @@ class LabelSmoothedCrossEntropyWithSparsityConfig(LabelSmoothedCrossEntropyCrite
         metadata={"help": "raise every lambda linearly from 0 to its value over this many updates (training "
                           "from scratch, paper 000 Sec. 6); 0 = full lambda from the start (fine-tuning)"},
     )
+    attention_reg: ChoiceEnum(REG_KINDS) = field(
+        default="none",
+        metadata={"help": "regulariser on encoder-decoder attention (paper 002 Sec. III): 'entropy' adds lambda * "
+                          "attention entropy (minimum entropy, Eq. 15), 'linf' adds -lambda * max weight (maximum "
+                          "L-inf, Eq. 14, weak subgradient); 'none' only logs attn_entropy / attn_max"},
+    )
+    attention_reg_lambda: float = field(
+        default=0.0,
+        metadata={"help": "weight of --attention-reg, next to the per-token CE (the regulariser is a mean per "
+                          "real target token); paper 002 uses 0.01"},
+    )
+    attention_reg_layers: str = field(
+        default=DEFAULT_LAYERS,
+        metadata={"help": "decoder layers whose encoder-decoder attention is regularised and measured: 'all', "
+                          "'last' or comma-separated indices (e.g. 0,2); averaged over layers"},
+    )
+    attention_reg_heads: ChoiceEnum(HEAD_MODES) = field(
+        default=DEFAULT_HEADS,
+        metadata={"help": "'each': the regulariser of every head's distribution, averaged over heads (each head "
+                          "may focus on its own position); 'mean': the regulariser of the head-averaged distribution"},
+    )
 
 
 @register_criterion("label_smoothed_cross_entropy_with_sparsity", dataclass=LabelSmoothedCrossEntropyWithSparsityConfig)
@@ -65,21 +107,41 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
         l0drop_lambda=0.0,
         head_gates_lambda=0.0,
         sparsity_warmup_updates=0,
+        attention_reg="none",
+        attention_reg_lambda=0.0,
+        attention_reg_layers=DEFAULT_LAYERS,
+        attention_reg_heads=DEFAULT_HEADS,
     ):
         super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy)
-        self.lambdas = {"l0drop": l0drop_lambda, "head_gates": head_gates_lambda}
+        self.lambdas = {"l0drop": l0drop_lambda, "head_gates": head_gates_lambda, "attention_reg": attention_reg_lambda}
         for group, value in self.lambdas.items():
             if value < 0:
                 raise ValueError(f"--{group.replace('_', '-')}-lambda must be >= 0, got {value}")
         if sparsity_warmup_updates < 0:
             raise ValueError(f"--sparsity-warmup-updates must be >= 0, got {sparsity_warmup_updates}")
+        attention_reg = str(attention_reg)  # ChoiceEnum members compare equal to their names
+        if attention_reg not in REG_KINDS:
+            raise ValueError(f"--attention-reg must be one of {REG_KINDS}, got {attention_reg!r}")
+        if str(attention_reg_heads) not in HEAD_MODES:
+            raise ValueError(f"--attention-reg-heads must be one of {HEAD_MODES}, got {attention_reg_heads!r}")
+        if attention_reg == "none" and attention_reg_lambda > 0:
+            raise ValueError(f"--attention-reg-lambda {attention_reg_lambda} is set but --attention-reg is 'none'; "
+                             "choose --attention-reg entropy or linf")
+        if attention_reg != "none" and attention_reg_lambda == 0:
+            logger.warning("--attention-reg %s with --attention-reg-lambda 0: the regulariser is only logged",
+                           attention_reg)
+        self.attention_reg = {"kind": attention_reg, "layers": parse_layers(str(attention_reg_layers)),
+                              "heads": str(attention_reg_heads)}
         self.warmup_updates = sparsity_warmup_updates
         self._checked_model = False
 
     def check_model(self, model):
-        """Lambdas for penalties the model cannot produce are a configuration error."""
+        """Lambdas for penalties the model cannot produce are a configuration error. Then attaches the
+        attention regulariser (statistics only with --attention-reg none)."""
         groups = sparsity_groups(model)
         for group, value in self.lambdas.items():
+            if group == "attention_reg":
+                continue  # any encoder-decoder model gets the regulariser below
             if value > 0 and group not in groups:
                 arch = getattr(getattr(model, "args", None), "arch", type(model).__name__)
                 raise SparsityConfigError(
@@ -87,7 +149,18 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
                     f"module; use an architecture with it (e.g. --arch transformer_{group})"
                     + (" or --head-gates enc,dec,encdec" if group == "head_gates" else "")
                 )
+        self.attach_attention_regulariser(model)
         self._checked_model = True
+
+    def attach_attention_regulariser(self, model):
+        kind = self.attention_reg["kind"]
+        if kind == "none" and not encoder_decoder_attention(model):
+            return  # nothing to measure (e.g. no encoder-decoder attention); nothing asked for either
+        try:
+            attach_attention_regulariser(model, kind, self.attention_reg["layers"], self.attention_reg["heads"])
+        except ValueError as err:
+            arch = getattr(getattr(model, "args", None), "arch", type(model).__name__)
+            raise SparsityConfigError(f"--attention-reg {kind} on the model ({arch}): {err}") from err
 
     def current_lambda(self, group, updates):
         value = self.lambdas.get(group)
@@ -101,7 +174,8 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
         if not self._checked_model:
             self.check_model(model)
         collect_sparsity_terms(model)  # drop terms of forward passes nobody collected (e.g. generation)
-        net_output = model(**sample["net_input"])
+        with attention_capture(model):  # the attention regulariser's hooks are live only here
+            net_output = model(**sample["net_input"])
         loss, nll_loss = self.compute_loss(model, net_output, sample, reduce=reduce)
         sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
         penalty, logging_output = self.compute_sparsity_loss(model)
