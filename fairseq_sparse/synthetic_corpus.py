@@ -45,12 +45,45 @@ def write_split(path_prefix, pairs):
             ft.write(t + "\n")
 
 
+def gold_alignment(src_line, tgt_line):
+    """The true word alignment of a sentence pair: content word wN translates to TN in order, except after
+    the marker ``swap`` whose two content words come out swapped; function words are unaligned. Returns
+    (sure, possible) 0-based (source, target) links: sure for content words, the marker a possible link
+    of both swapped words."""
+    src, tgt = src_line.split(), tgt_line.split()
+    sure, possible, i, j = [], [], 0, 0
+    while i < len(src):
+        if src[i] == "swap":
+            sure += [(i + 2, j), (i + 1, j + 1)]
+            possible += [(i, j), (i, j + 1)]
+            i, j = i + 3, j + 2
+        elif src[i].startswith("w"):
+            sure.append((i, j))
+            i, j = i + 1, j + 1
+        else:
+            i += 1
+    if j != len(tgt) or any("T" + src[a][1:] != tgt[b] for a, b in sure):
+        raise ValueError(f"not a pair of this corpus: {src_line!r} -> {tgt_line!r}")
+    return sure, possible
+
+
+def pharaoh(sure, possible):
+    """One line of a Pharaoh gold file: 'i-j' sure links and 'i?j' possible links."""
+    return " ".join([f"{a}-{b}" for a, b in sure] + [f"{a}?{b}" for a, b in possible])
+
+
 def make_corpus(out_dir, train=20000, valid=300, test=300, min_len=4, max_len=20, long_test=0, seed=1):
-    """Writes {train,valid,test}.{src,tgt} (and test-long.* with ~``long_test`` source tokens)."""
+    """Writes {train,valid,test}.{src,tgt} (and test-long.* with ~``long_test`` source tokens), and the gold
+    word alignments of valid and test as {valid,test}.align (Pharaoh format, for fairseq-sparse-attention)."""
     os.makedirs(out_dir, exist_ok=True)
     rng = random.Random(seed)
     for split, n in (("train", train), ("valid", valid), ("test", test)):
-        write_split(os.path.join(out_dir, split), [make_pair(rng, rng.randint(min_len, max_len)) for _ in range(n)])
+        pairs = [make_pair(rng, rng.randint(min_len, max_len)) for _ in range(n)]
+        write_split(os.path.join(out_dir, split), pairs)
+        if split != "train":
+            with open(os.path.join(out_dir, split + ".align"), "w") as f:
+                for s, t in pairs:
+                    f.write(pharaoh(*gold_alignment(s, t)) + "\n")
     if long_test:
         # about 1.6 source tokens per content word at function_rate 0.5 (+ swap markers)
         write_split(os.path.join(out_dir, "test-long"),

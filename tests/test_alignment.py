@@ -195,23 +195,9 @@ def test_parse_layers():
 
 
 def synthetic_gold(src_line, tgt_line):
-    """The true word alignment of fairseq_sparse.synthetic_corpus: content word wN translates to TN in
-    order, except after the marker ``swap`` whose two content words come out swapped; function words
-    are unaligned. Sure links for content words; the marker is a possible link of both swapped words."""
-    src, tgt = src_line.split(), tgt_line.split()
-    sure, possible, i, j = [], [], 0, 0
-    while i < len(src):
-        if src[i] == "swap":
-            sure += [(i + 2, j), (i + 1, j + 1)]
-            possible += [(i, j), (i, j + 1)]
-            i, j = i + 3, j + 2
-        elif src[i].startswith("w"):
-            sure.append((i, j))
-            i, j = i + 1, j + 1
-        else:
-            i += 1
-    assert j == len(tgt) and all("T" + src[a][1:] == tgt[b] for a, b in sure), (src_line, tgt_line)
-    return sure, possible
+    from fairseq_sparse.synthetic_corpus import gold_alignment
+
+    return gold_alignment(src_line, tgt_line)
 
 
 def write_gold(corpus, directory, two_files=False):
