@@ -327,7 +327,7 @@ def test_finetune_from_stock_model(corpus, stock_transformer_ckpt, tmp_path):
     proc = train(corpus["bin"], str(tmp_path), L0DROP + [
         "--l0drop-lambda", "0.3", "--finetune-from-model", stock_transformer_ckpt])
     assert f"loading pretrained model from {stock_transformer_ckpt}" in proc.log
-    assert "initialising 2 L0Drop parameters absent from the checkpoint" in proc.log
+    assert "initialising 2 gate parameters absent from the checkpoint" in proc.log
     records = log_records(proc.log)
     assert len(records) == 2, proc.log[-3000:]
     for r in records:
@@ -350,7 +350,7 @@ def test_restore_file_with_resets_from_stock_model(corpus, stock_transformer_ckp
         "--reset-dataloader", "--reset-meters", "--reset-lr-scheduler",
         "--eval-bleu", "--eval-bleu-args", '{"beam": 1, "max_len_b": 20}', "--eval-bleu-detok", "space"])
     assert f"Loaded checkpoint {stock_transformer_ckpt}" in proc.log
-    assert "initialising 2 L0Drop parameters absent from the checkpoint" in proc.log
+    assert "initialising 2 gate parameters absent from the checkpoint" in proc.log
     records = log_records(proc.log)
     assert len(records) == 2 and "l0drop_expected_l0" in records[-1], proc.log[-3000:]
     valid = log_records(proc.log, "valid")
@@ -384,7 +384,7 @@ def test_sparsity_warmup_raises_lambda(corpus, tmp_path):
 def test_l0drop_between_layers_trains_and_decodes(corpus, stock_transformer_ckpt, tmp_path):
     proc = train(corpus["bin"], str(tmp_path), L0DROP + LOW_GATE_BIAS + [
         "--l0drop-lambda", "0.3", "--l0drop-between-layers", "--finetune-from-model", stock_transformer_ckpt])
-    assert "initialising 4 L0Drop parameters absent from the checkpoint" in proc.log  # output and layer 1
+    assert "initialising 4 gate parameters absent from the checkpoint" in proc.log  # output and layer 1
     records = log_records(proc.log)
     assert len(records) == 2, proc.log[-3000:]
     for r in records:
