@@ -83,6 +83,10 @@ import tempfile
 import time
 from collections import OrderedDict
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_common  # noqa: E402
+from bench_common import fmt, quiet  # noqa: E402
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 #: name -> (layers per side, dim, heads, FFN dim, joined vocabulary)
@@ -164,14 +168,6 @@ def parse_args(argv=None):
 # ---------------------------------------------------------------------------------------------
 # the model and the variants
 # ---------------------------------------------------------------------------------------------
-
-def quiet():
-    import logging
-    import warnings
-
-    warnings.filterwarnings("ignore")
-    logging.disable(logging.WARNING)
-
 
 def build_full_model(args, workdir):
     """fairseq's ``transformer`` of the requested size, random weights, on a dummy joined dictionary."""
@@ -430,16 +426,8 @@ def time_batch_size(variants, task, src, B, args):
     gens = {name: make_generator(v["model"], task, args) for name, v in variants.items()}
     res = OrderedDict()
 
-    def sync():
-        if cuda:
-            torch.cuda.synchronize()
-
     def timed(fn):
-        sync()
-        t0, c0 = time.perf_counter(), time.process_time()
-        fn()
-        sync()
-        return time.perf_counter() - t0, time.process_time() - c0
+        return bench_common.timed(fn, cuda)[0]
 
     for name, v in variants.items():
         r = res[name] = {"wall_times_s": [], "cpu_times_s": [], "enc_wall_s": [], "enc_cpu_s": [], "decode_mb": None}
@@ -488,10 +476,6 @@ def time_batch_size(variants, task, src, B, args):
 # ---------------------------------------------------------------------------------------------
 # report
 # ---------------------------------------------------------------------------------------------
-
-def fmt(x, spec="{:.2f}"):
-    return "-" if x is None else spec.format(x)
-
 
 def pct(x):
     return "-" if x is None else f"{x - 1:+.1%}"

@@ -71,6 +71,10 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_common  # noqa: E402
+from bench_common import fmt, quiet  # noqa: E402
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 USER_DIR = os.path.join(REPO, "fairseq_sparse")
 VARIANTS = ("stock", "unpruned", "pruned")
@@ -210,7 +214,6 @@ def build_random_checkpoints(args, workdir, lengths):
 
 def load_models(path, data, variant, device, fp16):
     """The model of one variant, its task, and its config."""
-    import torch
     from fairseq import checkpoint_utils
     from fairseq.models.transformer import TransformerModel
     from omegaconf import OmegaConf
@@ -266,14 +269,6 @@ def rss_mb():
 # one measurement (a child process)
 # ---------------------------------------------------------------------------------------------
 
-def quiet():
-    import logging
-    import warnings
-
-    warnings.filterwarnings("ignore")
-    logging.disable(logging.WARNING)
-
-
 def make_sample(task, cfg, spec, length, device):
     import torch
 
@@ -307,16 +302,8 @@ def measure_times(spec):
             jobs["short"] = (model, make_sample(task, cfg, spec, spec["short_len"], device)[0])
     gen_task = task
 
-    def sync():
-        if cuda:
-            torch.cuda.synchronize()
-
     def timed(fn):
-        sync()
-        t0, c0 = time.perf_counter(), time.process_time()
-        out = fn()
-        sync()
-        return (time.perf_counter() - t0, time.process_time() - c0), out
+        return bench_common.timed(fn, cuda)
 
     res = {"length": L, "source": source_kind, "threads": torch.get_num_threads(), "jobs": {}}
     if cuda:
@@ -449,10 +436,6 @@ def summarise(timing, memory):
             row["gain_of_bound_dec"] = (sp - 1) / (row["bound_dec"] - 1) if row["bound_dec"] > 1.05 else None
         rows.append(row)
     return rows
-
-
-def fmt(x, spec="{:.2f}"):
-    return "-" if x is None else spec.format(x)
 
 
 def print_report(args, rows, meta):

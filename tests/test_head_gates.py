@@ -321,13 +321,19 @@ def test_criterion_weights_the_head_gate_penalty_and_logs_totals_per_type(stock)
         log_alphas[key] = la
     crit = Criterion(task, False, 0.1, head_gates_lambda=0.2)
     model.train()
+    for m in model.modules():  # no dropout: the only randomness left is the gate sample
+        if hasattr(m, "p") and isinstance(m.p, float):
+            m.p = 0.0
     sample = batch(task)
+    torch.manual_seed(3)
     loss, sample_size, log = crit(model, sample)
     p_open = sum(float(hc.prob_open(la).sum()) for la in log_alphas.values())
     assert float(log["sparsity/head_gates_penalty"]) == pytest.approx(p_open, rel=1e-5)
-    # the loss is CE + lambda * L_C * sample_size; CE itself is stochastic (sampled gates), so compare
-    # the penalty part through the criterion's own decomposition
-    penalty, _ = crit.compute_sparsity_loss(model)  # nothing recorded since: zero
+    # the loss is CE (same gate sample: same seed) + lambda * L_C * sample_size
+    torch.manual_seed(3)
+    ce, _, _ = Criterion(task, False, 0.1)(model, sample)
+    assert float((loss - ce).detach()) == pytest.approx(0.2 * p_open * sample_size, rel=1e-4)
+    penalty, _ = crit.compute_sparsity_loss(model)  # the terms were consumed: nothing left to add
     assert float(penalty) == 0.0
     with metrics.aggregate() as agg:
         Criterion.reduce_metrics([log])

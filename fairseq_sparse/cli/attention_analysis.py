@@ -65,6 +65,7 @@ import numpy as np
 import torch
 
 from fairseq_sparse import alignment as al
+from fairseq_sparse.modules.attention_capture import HeadAttentionRecorder
 
 logger = logging.getLogger("fairseq_sparse.attention_analysis")
 
@@ -77,66 +78,8 @@ LOW_ATTENTION = 0.6
 # capturing attention
 
 
-class AttentionRecorder:
-    """Context manager: while active, ``weights[k]`` holds the per-head attention of ``modules[k]`` in
-    the last forward pass, [heads, batch, tgt, src] on CPU (None: the module has no heads/weights)."""
-
-    def __init__(self, modules: Sequence[Optional[torch.nn.Module]]):
-        self.modules = list(modules)
-        self.weights: List[Optional[torch.Tensor]] = [None] * len(self.modules)
-        self._handles, self._saved = [], []
-
-    def __enter__(self):
-        for k, mha in enumerate(self.modules):
-            if mha is None:
-                self._saved.append(None)
-                continue
-            self._saved.append(getattr(mha, "skip_embed_dim_check", None))
-            mha.skip_embed_dim_check = True  # fairseq's slow path: PyTorch's fast path averages the heads
-            self._handles.append(mha.register_forward_pre_hook(self._pre_hook, with_kwargs=True))
-            self._handles.append(mha.register_forward_hook(self._make_hook(k)))
-        return self
-
-    def __exit__(self, *exc):
-        for h in self._handles:
-            h.remove()
-        for mha, saved in zip(self.modules, self._saved):
-            if mha is None:
-                continue
-            if saved is None:
-                if "skip_embed_dim_check" in mha.__dict__:
-                    del mha.skip_embed_dim_check
-            else:
-                mha.skip_embed_dim_check = saved
-        self._handles, self._saved = [], []
-        return False
-
-    def reset(self):
-        self.weights = [None] * len(self.modules)
-
-    @staticmethod
-    def _pre_hook(module, args, kwargs):
-        # MultiheadAttention.forward(query, key, value, key_padding_mask, incremental_state,
-        #                            need_weights, static_kv, attn_mask, before_softmax, need_head_weights)
-        args = list(args)
-        if len(args) > 5:
-            args[5] = True
-        else:
-            kwargs["need_weights"] = True
-        if len(args) > 9:
-            args[9] = True
-        else:
-            kwargs["need_head_weights"] = True
-        return tuple(args), kwargs
-
-    def _make_hook(self, k):
-        def hook(module, args, output):
-            w = output[1] if isinstance(output, tuple) and len(output) > 1 else None
-            if w is not None and w.dim() != 4:
-                raise RuntimeError(f"attention module {k}: weights of shape {tuple(w.shape)}, expected "
-                                   f"[heads, batch, tgt, src]; {type(module).__name__} ignores need_head_weights")
-            self.weights[k] = None if w is None else w.detach().float().cpu()
-        return hook
+#: the recorder shared with fairseq-sparse-head-analysis
+AttentionRecorder = HeadAttentionRecorder
 
 
 def encdec_head_ids(model) -> List[List[int]]:

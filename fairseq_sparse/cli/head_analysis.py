@@ -53,6 +53,9 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
+from .. import alignment
+from ..modules.attention_capture import HeadAttentionRecorder
+
 logger = logging.getLogger("fairseq_sparse.head_analysis")
 
 #: paper 001 Sec. 5.2's relations (dobj is called obj since UD v2)
@@ -119,32 +122,15 @@ def positional_head(counts, threshold: float = 0.9) -> Tuple[Optional[int], floa
     return int(pos), share, bool(share >= threshold)
 
 
-def word_ids_from_pieces(pieces: Sequence[str], separator: Optional[str] = "@@") -> List[int]:
-    """Word index of each subword piece: a word is a run of pieces ending with ``separator`` plus the
-    piece that ends it (subword-nmt BPE). Without a separator every piece is a word."""
-    ids, word, open_word = [], -1, False
-    for p in pieces:
-        if not open_word:
-            word += 1
-        ids.append(word)
-        open_word = bool(separator) and p.endswith(separator)
-    return ids
+#: subword merging is alignment.py's (the same convention as fairseq-sparse-attention)
+word_ids_from_pieces = alignment.word_ids
 
 
 def merge_subword_attention(attn: np.ndarray, word_ids: Sequence[int]) -> np.ndarray:
     """Word-to-word attention from subword attention (Clark et al. 2019, used for paper 001 Sec. 5.2/5.3
     at word level): the weight *to* a word is the sum over its key pieces, the weight *from* a word
-    the mean over its query pieces, so every row still sums to 1.
-
-    ``attn``: [..., T, T] over pieces; ``word_ids``: word index (0..W-1) of each piece. Returns [..., W, W].
-    """
-    word_ids = np.asarray(word_ids, dtype=int)
-    n_words = int(word_ids.max()) + 1 if word_ids.size else 0
-    member = np.zeros((word_ids.size, n_words))
-    member[np.arange(word_ids.size), word_ids] = 1.0
-    to_words = attn @ member  # [..., T, W]: sum over a word's key pieces
-    mean_rows = (member / member.sum(0, keepdims=True)).T  # [W, T]: mean over a word's query pieces
-    return mean_rows @ to_words
+    the mean over its query pieces, so every row still sums to 1. ``attn``: [..., T, T] over pieces."""
+    return alignment.merge_subwords(attn, word_ids, word_ids)
 
 
 def frequency_ranks(counts: np.ndarray) -> np.ndarray:
@@ -276,57 +262,11 @@ def heads_matrix(per_layer: Sequence[Optional[Sequence[float]]], labels: Sequenc
 # capturing the encoder's per-head attention
 
 
-class EncoderAttentionRecorder:
-    """Context manager: while active, ``weights[i]`` holds layer i's per-head encoder self-attention
-    of the last forward pass, [heads, batch, tgt, src] on CPU (None for a layer without heads)."""
+class EncoderAttentionRecorder(HeadAttentionRecorder):
+    """:class:`HeadAttentionRecorder` of the encoder's self-attention: ``weights[i]`` is layer i's."""
 
     def __init__(self, layers):
-        self.modules = [layer.self_attn for layer in layers]
-        self.weights: List[Optional[torch.Tensor]] = [None] * len(self.modules)
-        self._handles, self._saved = [], []
-
-    def __enter__(self):
-        for i, mha in enumerate(self.modules):
-            self._saved.append(getattr(mha, "skip_embed_dim_check", None))
-            mha.skip_embed_dim_check = True  # fairseq's slow path: PyTorch's fast path averages the heads
-            self._handles.append(mha.register_forward_pre_hook(self._pre_hook, with_kwargs=True))
-            self._handles.append(mha.register_forward_hook(self._make_hook(i)))
-        return self
-
-    def __exit__(self, *exc):
-        for h in self._handles:
-            h.remove()
-        for mha, saved in zip(self.modules, self._saved):
-            if saved is None:
-                del mha.skip_embed_dim_check
-            else:
-                mha.skip_embed_dim_check = saved
-        self._handles, self._saved = [], []
-        return False
-
-    @staticmethod
-    def _pre_hook(module, args, kwargs):
-        args = list(args)
-        # MultiheadAttention.forward(query, key, value, key_padding_mask, incremental_state,
-        #                            need_weights, static_kv, attn_mask, before_softmax, need_head_weights)
-        if len(args) > 5:
-            args[5] = True
-        else:
-            kwargs["need_weights"] = True
-        if len(args) > 9:
-            args[9] = True
-        else:
-            kwargs["need_head_weights"] = True
-        return tuple(args), kwargs
-
-    def _make_hook(self, i):
-        def hook(module, args, output):
-            w = output[1] if isinstance(output, tuple) and len(output) > 1 else None
-            if w is not None and w.dim() != 4:
-                raise RuntimeError(f"encoder layer {i}: attention weights of shape {tuple(w.shape)}, expected "
-                                   f"[heads, batch, tgt, src]; {type(module).__name__} ignores need_head_weights")
-            self.weights[i] = None if w is None else w.detach().float().cpu()
-        return hook
+        super().__init__([layer.self_attn for layer in layers])
 
 
 def layer_head_labels(model, cfg_model) -> List[List[int]]:
@@ -555,7 +495,7 @@ def analyse_dataset(model, dataset, src_dict, ids: Sequence[int], counts: np.nda
         for batch_ids in (progress(batches) if progress is not None else batches):
             sample = dataset.collater([dataset[i] for i in batch_ids])
             src = sample["net_input"]["src_tokens"]
-            rec.weights = [None] * len(rec.modules)
+            rec.reset()
             encoder(src, src_lengths=sample["net_input"]["src_lengths"])
             weights = [None if w is None else w.numpy() for w in rec.weights]
             for layer, w in enumerate(weights):

@@ -19,12 +19,9 @@ import logging
 import os
 import sys
 
-import torch
 from fairseq import checkpoint_utils, tasks
 
 logger = logging.getLogger("fairseq_sparse.prune_heads")
-
-OWN_MODELS = ("transformer_head_gates", "transformer_l0drop")
 
 
 def get_parser():
@@ -136,8 +133,7 @@ def main(argv=None):
     after = sum(p.numel() for p in model.parameters())
 
     model_cfg = state["cfg"]["model"]
-    arch = getattr(model_cfg, "arch", None) or getattr(model_cfg, "_name", None)
-    if getattr(model_cfg, "_name", arch) not in OWN_MODELS and arch not in _own_archs():
+    if not type(model).__module__.startswith("fairseq_sparse."):
         # a stock transformer: our model class builds the pruned shapes from --kept-heads
         set_model_arg(model_cfg, "arch", "transformer_head_gates")
         set_model_arg(model_cfg, "_name", "transformer_head_gates")
@@ -157,12 +153,6 @@ def main(argv=None):
     with open(os.path.splitext(args.output)[0] + ".kept_heads.json", "w") as f:
         json.dump(spec, f, indent=1)
     return spec
-
-
-def _own_archs():
-    from fairseq.models import ARCH_MODEL_REGISTRY
-
-    return {a for a, cls in ARCH_MODEL_REGISTRY.items() if cls.__module__.startswith("fairseq_sparse")}
 
 
 def cli_main():

@@ -80,12 +80,10 @@ class HeadGatesConfig(FairseqDataclass):
 def head_gates_defaults(args, default_types=""):
     """Fill in head-gate options missing from args (older checkpoints, other architectures)."""
     for f in fields(HeadGatesConfig):
-        if getattr(args, f.name, None) is None and f.name not in ("kept_heads",):
-            setattr(args, f.name, f.default)
-    if getattr(args, "head_gates", None) is None:
+        if getattr(args, f.name, None) is None:
+            setattr(args, f.name, f.default)  # None for head_gates and kept_heads
+    if args.head_gates is None:
         args.head_gates = default_types
-    if not hasattr(args, "kept_heads"):
-        args.kept_heads = None
 
 
 def parse_head_gate_types(value):

@@ -73,14 +73,16 @@ class HeadGates(SparsityModule):
 
     def forward(self) -> Tensor:
         """Gate values for this forward pass; records the penalty and the open-head counts."""
-        gates = self.hard_concrete.sample(self.log_alpha) if self.training else self.deterministic()
+        g_hat = self.deterministic()
         expected = self.expected_open()
+        gates = self.hard_concrete.sample(self.log_alpha) if self.training else g_hat
         penalty = self.penalty_scale * expected.sum() if self.training else None
         den = 1.0 / self.layers_of_type  # the counts of one batch add up over the layers of this type
         t = self.attention_type
+        # statistics stay tensors: no host synchronisation at every decoding step
         self.record(SparsityTerm(self.penalty_group, penalty, {
-            f"heads_open_expected_{t}": (float(expected.detach().sum()), den),
-            f"heads_open_{t}": (float((self.deterministic().detach() > 0).sum()), den),
+            f"heads_open_expected_{t}": (expected.detach().sum(), den),
+            f"heads_open_{t}": ((g_hat.detach() > 0).sum(), den),
         }))
         return gates
 

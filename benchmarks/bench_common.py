@@ -1,0 +1,28 @@
+"""Helpers shared by the benchmark scripts (run as ``python benchmarks/<script>.py``)."""
+import time
+
+
+def quiet():
+    """No warnings or info logs between the measurements."""
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    logging.disable(logging.WARNING)
+
+
+def timed(fn, cuda=False):
+    """((wall seconds, CPU seconds of this process), fn()); CUDA is synchronised around the call."""
+    import torch
+
+    if cuda:
+        torch.cuda.synchronize()
+    t0, c0 = time.perf_counter(), time.process_time()
+    out = fn()
+    if cuda:
+        torch.cuda.synchronize()
+    return (time.perf_counter() - t0, time.process_time() - c0), out
+
+
+def fmt(x, spec="{:.2f}"):
+    return "-" if x is None else spec.format(x)
