@@ -21,15 +21,21 @@ from fairseq.models.transformer import (
     transformer_vaswani_wmt_en_de_big,
     transformer_wmt_en_de,
 )
-from fairseq.modules import MultiheadAttention
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
-from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 
 from ..modules.attention_normalisers import (
     AttentionNormaliserConfig,
     attention_normaliser_defaults,
-    build_encdec_attention,
     check_attention_normaliser_args,
+)
+from ..modules.decoder_layer import (
+    STANDARD_BLOCKS,
+    DecoderLayoutConfig,
+    SublayerDecoderLayer,
+    check_decoder_layout_args,
+    decoder_blocks,
+    decoder_layout_defaults,
+    drop_absent_sublayer_params,
 )
 from ..modules.hard_concrete import DEFAULT_GAMMA, DEFAULT_ZETA, HardConcrete
 from ..modules.head_gates import ATTENTION_TYPES, add_head_gates, apply_kept_heads
@@ -142,20 +148,12 @@ def fill_missing_sparsity_params(model, state_dict, name):
             state_dict[prefix + k] = own[k].clone()
 
 
-class NormalisedDecoderLayer(TransformerDecoderLayerBase):
-    """fairseq's decoder layer whose encoder-decoder attention uses --encdec-attention-normaliser."""
-
-    def build_encoder_attention(self, embed_dim, cfg):
-        return build_encdec_attention(embed_dim, cfg, self.quant_noise, self.quant_noise_block_size,
-                                      softmax_cls=MultiheadAttention)
-
-
-class NormalisedTransformerDecoder(TransformerDecoderBase):
-    """fairseq's TransformerDecoderBase built from :class:`NormalisedDecoderLayer`; used only when the
-    normaliser is not softmax (softmax models keep fairseq's own decoder)."""
+class SublayerTransformerDecoder(TransformerDecoderBase):
+    """fairseq's TransformerDecoderBase built from :class:`SublayerDecoderLayer` (sub-layer order, simplified
+    decoder, --encdec-attention-normaliser); models with fairseq's default decoder keep fairseq's own."""
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
-        layer = NormalisedDecoderLayer(cfg, no_encoder_attn)
+        layer = SublayerDecoderLayer(cfg, no_encoder_attn)
         if cfg.checkpoint_activations:
             layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
         return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not cfg.checkpoint_activations else 0)
@@ -165,38 +163,57 @@ class NormalisedTransformerDecoder(TransformerDecoderBase):
 class HeadGatesTransformerModel(TransformerModel):
     """Transformer with one HardConcrete gate per attention head (Voita et al. 2019)."""
 
+    default_head_gates = ",".join(ATTENTION_TYPES)
+
     @staticmethod
     def add_args(parser):
         TransformerModel.add_args(parser)
         gen_parser_from_dataclass(parser, HeadGatesConfig())
         gen_parser_from_dataclass(parser, AttentionNormaliserConfig())  # paper 002 baselines (default: softmax)
+        gen_parser_from_dataclass(parser, DecoderLayoutConfig())  # paper 004 (default: the standard decoder)
 
     @classmethod
     def build_model(cls, args, task):
-        head_gates_defaults(args, ",".join(ATTENTION_TYPES))
+        head_gates_defaults(args, cls.default_head_gates)
         attention_normaliser_defaults(args)
+        decoder_layout_defaults(args)
         check_head_gate_args(args)
         check_attention_normaliser_args(args)
+        check_decoder_layout_args(args)
         model = super().build_model(args, task)
         setup_head_gates(model, args)
+        log_decoder_layout(model, args)
         return model
 
     @classmethod
     def build_decoder(cls, args, tgt_dict, embed_tokens):
-        if (getattr(args, "encdec_attention_normaliser", None) or "softmax") == "softmax":
+        standard = decoder_blocks(args.decoder_sublayer_order, args.simplified_decoder) == STANDARD_BLOCKS
+        if standard and (getattr(args, "encdec_attention_normaliser", None) or "softmax") == "softmax":
             return super().build_decoder(args, tgt_dict, embed_tokens)
         cfg = TransformerConfig.from_namespace(args)
-        return NormalisedTransformerDecoder(cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention)
+        return SublayerTransformerDecoder(cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention)
 
     def upgrade_state_dict_named(self, state_dict, name):
         super().upgrade_state_dict_named(state_dict, name)
         fill_missing_sparsity_params(self, state_dict, name)
+        drop_absent_sublayer_params(self, state_dict, name)
+
+
+def log_decoder_layout(model, args):
+    """Log the decoder's sub-layers and the parameter counts (paper 004 Table 3 compares them)."""
+    blocks = decoder_blocks(args.decoder_sublayer_order, args.simplified_decoder)
+    total = sum(p.numel() for p in model.parameters())
+    decoder = sum(p.numel() for p in model.decoder.parameters())
+    logger.info("decoder layers: %s (order %s%s); parameters: %d in all, %d in the decoder (shared embeddings "
+                "counted in both)", " -> ".join(blocks), args.decoder_sublayer_order,
+                ", simplified IFM" if args.simplified_decoder else "", total, decoder)
 
 
 def _gated(preset):
     def arch(args):
         head_gates_defaults(args, ",".join(ATTENTION_TYPES))
         attention_normaliser_defaults(args)
+        decoder_layout_defaults(args)
         preset(args)
 
     return arch
@@ -209,3 +226,38 @@ register_model_architecture("transformer_head_gates", "transformer_head_gates_wm
     _gated(transformer_wmt_en_de))
 register_model_architecture("transformer_head_gates", "transformer_head_gates_wmt_en_de_big")(
     _gated(transformer_vaswani_wmt_en_de_big))
+
+
+@register_model("transformer_simplified_decoder")
+class SimplifiedDecoderTransformerModel(HeadGatesTransformerModel):
+    """Transformer whose decoder layers have no FFN: the information-fusion module is one Add&Norm
+    (Yang et al. 2020, paper 004 Sec. 3.3). Head gates, sub-layer orders and attention normalisers
+    combine as on transformer_head_gates (no head gates by default)."""
+
+    default_head_gates = ""
+
+    @classmethod
+    def build_model(cls, args, task):
+        args.simplified_decoder = True
+        return super().build_model(args, task)
+
+
+def _simplified(preset):
+    def arch(args):
+        head_gates_defaults(args, "")
+        attention_normaliser_defaults(args)
+        decoder_layout_defaults(args)
+        args.simplified_decoder = True  # what the architecture is; --simplified-decoder is implied
+        preset(args)
+
+    return arch
+
+
+register_model_architecture("transformer_simplified_decoder", "transformer_simplified_decoder")(
+    _simplified(base_architecture))
+register_model_architecture("transformer_simplified_decoder", "transformer_simplified_decoder_iwslt_de_en")(
+    _simplified(transformer_iwslt_de_en))
+register_model_architecture("transformer_simplified_decoder", "transformer_simplified_decoder_wmt_en_de")(
+    _simplified(transformer_wmt_en_de))
+register_model_architecture("transformer_simplified_decoder", "transformer_simplified_decoder_wmt_en_de_big")(
+    _simplified(transformer_vaswani_wmt_en_de_big))

@@ -26,7 +26,6 @@ from fairseq.models.transformer import (
     transformer_wmt_en_de,
 )
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
-from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 from fairseq.utils import eval_bool
 from torch import Tensor
 
@@ -34,10 +33,16 @@ from ..modules.attention_normalisers import (
     COUNT_EXACT,
     AttentionNormaliserConfig,
     attention_normaliser_defaults,
-    build_encdec_attention,
     check_attention_normaliser_args,
 )
 from ..modules.count_attention import CountAwareAttention
+from ..modules.decoder_layer import (
+    DecoderLayoutConfig,
+    SublayerDecoderLayer,
+    check_decoder_layout_args,
+    decoder_layout_defaults,
+    drop_absent_sublayer_params,
+)
 from ..modules.hard_concrete import DEFAULT_BETA, DEFAULT_GAMMA, DEFAULT_ZETA, HardConcrete
 from ..modules.l0drop import DROPPED_AS_CHOICES, L0Drop, compress, decoder_padding_mask, expand_attention
 from .transformer_head_gates import (
@@ -45,6 +50,7 @@ from .transformer_head_gates import (
     check_head_gate_args,
     fill_missing_sparsity_params,
     head_gates_defaults,
+    log_decoder_layout,
     setup_head_gates,
 )
 
@@ -187,14 +193,12 @@ class L0DropTransformerEncoder(TransformerEncoder):
         return encoder_out
 
 
-class CountAwareDecoderLayer(TransformerDecoderLayerBase):
-    """fairseq's decoder layer with :class:`CountAwareAttention` as encoder-decoder attention."""
+class CountAwareDecoderLayer(SublayerDecoderLayer):
+    """fairseq's decoder layer (in the --decoder-sublayer-order / --simplified-decoder layout) with
+    :class:`CountAwareAttention` as encoder-decoder attention for softmax; the other
+    --encdec-attention-normaliser choices use NormalisedAttention, also a CountAwareAttention."""
 
-    def build_encoder_attention(self, embed_dim, cfg):
-        # CountAwareAttention for softmax (unchanged), NormalisedAttention (a CountAwareAttention) for
-        # the other --encdec-attention-normaliser choices
-        return build_encdec_attention(embed_dim, cfg, self.quant_noise, self.quant_noise_block_size,
-                                      softmax_cls=CountAwareAttention)
+    encdec_softmax_cls = CountAwareAttention
 
 
 class L0DropTransformerDecoder(TransformerDecoder):
@@ -265,6 +269,7 @@ class L0DropTransformerModel(TransformerModel):
         gen_parser_from_dataclass(parser, L0DropConfig())
         gen_parser_from_dataclass(parser, HeadGatesConfig())  # combine with head gates (default: none)
         gen_parser_from_dataclass(parser, AttentionNormaliserConfig())  # paper 002 baselines (default: softmax)
+        gen_parser_from_dataclass(parser, DecoderLayoutConfig())  # paper 004 (default: the standard decoder)
         parser.add_argument("--pruned-decoding", type=eval_bool, default=True, metavar="BOOL", help=PRUNED_DECODING_HELP)
 
     @classmethod
@@ -275,6 +280,7 @@ class L0DropTransformerModel(TransformerModel):
         HardConcrete(args.l0drop_beta, args.l0drop_gamma, args.l0drop_zeta)  # validates the gate options
         check_head_gate_args(args)
         check_attention_normaliser_args(args)
+        check_decoder_layout_args(args)
         if (args.encdec_attention_normaliser not in COUNT_EXACT and args.l0drop_dropped_as == "zero"
                 and args.pruned_decoding):
             raise ValueError(
@@ -284,6 +290,7 @@ class L0DropTransformerModel(TransformerModel):
                 "training; --model-overrides \"{'pruned_decoding': False}\" in fairseq-generate)")
         model = super().build_model(args, task)
         setup_head_gates(model, args)
+        log_decoder_layout(model, args)
         return model
 
     @classmethod
@@ -301,6 +308,7 @@ class L0DropTransformerModel(TransformerModel):
         L0Drop (and head gate) parameters take their initial values."""
         super().upgrade_state_dict_named(state_dict, name)
         fill_missing_sparsity_params(self, state_dict, name)
+        drop_absent_sublayer_params(self, state_dict, name)
 
 
 def l0drop_defaults(args):
@@ -312,6 +320,7 @@ def l0drop_defaults(args):
         args.pruned_decoding = True
     head_gates_defaults(args, "")
     attention_normaliser_defaults(args)
+    decoder_layout_defaults(args)
 
 
 @register_model_architecture("transformer_l0drop", "transformer_l0drop")

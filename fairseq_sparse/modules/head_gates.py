@@ -108,7 +108,8 @@ def attention_modules(model: nn.Module) -> "OrderedDict[HeadKey, MultiheadAttent
     for i, layer in enumerate(getattr(encoder, "layers", None) or []):
         found[("enc", i)] = layer.self_attn
     for i, layer in enumerate(getattr(decoder, "layers", None) or []):
-        found[("dec", i)] = layer.self_attn
+        if getattr(layer, "self_attn", None) is not None:  # None: a decoder without TEM (paper 004's sem-ifm)
+            found[("dec", i)] = layer.self_attn
     for i, layer in enumerate(getattr(decoder, "layers", None) or []):
         if getattr(layer, "encoder_attn", None) is not None:
             found[("encdec", i)] = layer.encoder_attn
