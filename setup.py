@@ -17,6 +17,7 @@ setup(
             "fairseq-sparse-head-analysis = fairseq_sparse.cli.head_analysis:cli_main",
             "fairseq-sparse-heads = fairseq_sparse.cli.head_importance:cli_main",
             "fairseq-sparse-attention = fairseq_sparse.cli.attention_analysis:cli_main",
+            "fairseq-sparse-probe = fairseq_sparse.cli.probe:cli_main",
         ]
     },
 )
