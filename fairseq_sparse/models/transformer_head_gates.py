@@ -92,6 +92,19 @@ def head_gates_defaults(args, default_types=""):
         args.head_gates = default_types
 
 
+def default_head_gate_types(args, types: str) -> str:
+    """The architecture's default gated attention types, without ``dec`` for a decoder layout without
+    self-attention (``--decoder-sublayer-order sem-ifm``): only an explicit ``--head-gates dec`` is refused."""
+    try:
+        blocks = decoder_blocks(getattr(args, "decoder_sublayer_order", None),
+                                bool(getattr(args, "simplified_decoder", False)))
+    except ValueError:
+        return types  # an unknown order: check_decoder_layout_args reports it
+    if "self" in blocks:
+        return types
+    return ",".join(t for t in types.split(",") if t.strip() and t.strip() != "dec")
+
+
 def parse_head_gate_types(value):
     types = [t.strip() for t in (value or "").split(",") if t.strip()]
     unknown = [t for t in types if t not in ATTENTION_TYPES]
@@ -174,9 +187,9 @@ class HeadGatesTransformerModel(TransformerModel):
 
     @classmethod
     def build_model(cls, args, task):
-        head_gates_defaults(args, cls.default_head_gates)
-        attention_normaliser_defaults(args)
         decoder_layout_defaults(args)
+        head_gates_defaults(args, default_head_gate_types(args, cls.default_head_gates))
+        attention_normaliser_defaults(args)
         check_head_gate_args(args)
         check_attention_normaliser_args(args)
         check_decoder_layout_args(args)
@@ -211,9 +224,9 @@ def log_decoder_layout(model, args):
 
 def _gated(preset):
     def arch(args):
-        head_gates_defaults(args, ",".join(ATTENTION_TYPES))
-        attention_normaliser_defaults(args)
         decoder_layout_defaults(args)
+        head_gates_defaults(args, default_head_gate_types(args, ",".join(ATTENTION_TYPES)))
+        attention_normaliser_defaults(args)
         preset(args)
 
     return arch
