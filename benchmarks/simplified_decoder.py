@@ -1,0 +1,531 @@
+#!/usr/bin/env python
+"""Training and inference speed, and BLEU, of the simplified decoder vs the standard one (paper 004, Table 4).
+
+Paper 004 (Yang et al. 2020), Table 4: dropping the decoder FFN (the information-fusion module is one
+Add&Norm: ``transformer_simplified_decoder``) speeds Base training up by +11.2..12.6% (words/s) and
+inference by +11.6..40% (sentences/s, GPU), for -0.16..-0.32 BLEU (En-De, En-Fr). This script measures
+the same ratios against stock fairseq, side by side in one run.
+
+Speed part (in one process; random weights: speed depends on the shapes only). Models, all of the same
+size (``--arch-size``: transformer-base by default, 6+6 layers, dim 512, 8 heads, FFN 2048, joined
+vocabulary 8k from a dummy dictionary, shared embeddings), built through fairseq's task and model
+registries from a fairseq-train command line:
+
+  standard     stock fairseq ``transformer`` (fairseq's own decoder layer): the baseline of every ratio
+  simplified   ``transformer_simplified_decoder`` (plugin's SublayerDecoderLayer, blocks self -> cross)
+  ORDER        (optional, ``--variants``) ``transformer_head_gates --head-gates ''`` with
+               ``--decoder-sublayer-order ORDER`` (sem-tem-ifm or sem-ifm; FFN kept, paper 004 Table 1)
+  simplified-ORDER  (optional) the simplified decoder with that sub-layer order (e.g. simplified-sem-ifm)
+
+(a) inference: fairseq's SequenceGenerator, beam ``--beam``, one batch of ``--batch-size`` random
+    sources of ``--src-len`` tokens; the output length is forced (``max_len_a=0, max_len_b=min_len=
+    --out-len``, so every hypothesis has out-len tokens + EOS, checked) so all variants run the same
+    number of beam steps. Sentences/s = batch / time of one ``generate``.
+(b) training: one full fairseq training step per timing: ``task.train_step`` (forward, fairseq's
+    label_smoothed_cross_entropy 0.1, backward), the Trainer's grad-norm and ``task.optimizer_step``
+    (fairseq's Adam), dropout 0.1, on one fixed synthetic batch of ``--train-tokens`` target tokens
+    (sentences of ``--src-len`` source and ``--tgt-len`` target tokens). Words/s = target tokens / time.
+
+Timing: ``--warmup`` untimed runs per variant (the first Adam step allocates its state), one untimed
+run per variant whose peak memory is taken (as benchmarks/head_pruning.py does: CPU peak-RSS increase,
+CUDA allocated; ``--no-memory`` skips it), then ``--repeats`` rounds that time one run per variant in an
+order rotated every round, so machine load hits all variants alike. Medians are reported, and every
+ratio also as the median of the per-round ratios ("paired"). ``--clock cpu`` (process CPU time, with
+``--threads 1``) is steadier on a shared machine than the wall clock.
+
+Quality part (``--bleu``; default on, off with ``--quick`` unless asked): a synthetic corpus
+(fairseq_sparse.synthetic_corpus), binarised by fairseq-preprocess (--joined-dictionary); fairseq-train
+trains ``transformer`` and ``transformer_simplified_decoder`` with the identical command line apart from
+--arch (``--bleu-*`` sizes, same seed, ``--bleu-updates`` updates, no validation), both at the same
+time, one CPU thread each, so that machine load hits both alike; fairseq-generate decodes the test set
+(beam 4, ``--required-batch-size-multiple 1``: no sentence dropped) and its BLEU4 is reported. Second
+views of speed: the median of the ``wps`` (words/s) that fairseq-train logs every ``--log-interval``
+updates, and the sentences/s that fairseq-generate logs (real, unforced output lengths).
+
+Usage:
+  python benchmarks/simplified_decoder.py                          # base speed + BLEU (~20 min on 2 cores)
+  python benchmarks/simplified_decoder.py --clock cpu --no-bleu    # speed only, on a busy shared machine
+  python benchmarks/simplified_decoder.py --variants standard,simplified,sem-ifm,simplified-sem-ifm
+  python benchmarks/simplified_decoder.py --quick                  # smoke run (seconds)
+  python benchmarks/simplified_decoder.py --device cuda --fp16 --train-tokens 8000 --batch-size 64
+"""
+import argparse
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import OrderedDict
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_common  # noqa: E402
+from bench_common import fmt, quiet  # noqa: E402
+from head_pruning import PeakMemory  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+USER_DIR = os.path.join(REPO, "fairseq_sparse")
+BIN = os.path.dirname(sys.executable)
+
+#: name -> (layers per side, dim, heads, FFN dim, joined vocabulary)
+SIZES = {
+    "base": (6, 512, 8, 2048, 8000),
+    "big": (6, 1024, 16, 4096, 8000),
+    "tiny": (2, 64, 4, 128, 500),
+}
+ORDERS = ("tem-sem-ifm", "sem-tem-ifm", "sem-ifm")
+PAPER_TARGET = 0.11  # paper 004 Table 4 (Base): +11.18% .. +12.62% train words/s, +11.60% .. +40.23% sent/s
+PAPER_BLEU_DROP = 0.3  # paper 004 Table 4: -0.16 / -0.32 BLEU (En-De / En-Fr), +0.91 En-Zh
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--arch-size", default="base", choices=sorted(SIZES), help="model size preset (default base)")
+    p.add_argument("--layers", type=int, help="encoder and decoder layers (overrides --arch-size)")
+    p.add_argument("--dim", type=int, help="embedding dim (overrides --arch-size)")
+    p.add_argument("--heads", type=int, help="attention heads (overrides --arch-size)")
+    p.add_argument("--ffn", type=int, help="FFN dim (overrides --arch-size)")
+    p.add_argument("--vocab", type=int, help="joined vocabulary size (overrides --arch-size)")
+    p.add_argument("--variants", default="standard,simplified",
+                   help="comma list of standard, simplified, ORDER, simplified-ORDER (ORDER: sem-tem-ifm, "
+                        "sem-ifm); default standard,simplified")
+    p.add_argument("--batch-size", type=int, default=16, help="inference: sentences per generate (default 16)")
+    p.add_argument("--beam", type=int, default=4)
+    p.add_argument("--src-len", type=int, default=30, help="source length in tokens, EOS included (default 30)")
+    p.add_argument("--out-len", type=int, default=30, help="inference: forced output length before EOS")
+    p.add_argument("--tgt-len", type=int, default=30, help="training: target length, EOS included")
+    p.add_argument("--train-tokens", type=int, default=2000, help="training: target tokens per batch")
+    p.add_argument("--repeats", type=int, default=5, help="timed rounds per part (median reported)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed runs per variant and part")
+    p.add_argument("--no-memory", action="store_true", help="skip the (untimed) peak-memory runs")
+    p.add_argument("--no-train", action="store_true", help="skip the training-speed part")
+    p.add_argument("--no-infer", action="store_true", help="skip the inference-speed part")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1; 0: torch's default)")
+    p.add_argument("--clock", default="wall", choices=["wall", "cpu"],
+                   help="time behind the speeds and ratios: wall clock (default) or process CPU time (CPU only)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--fp16", action="store_true", help="CUDA only: half precision (fairseq's FP16Optimizer)")
+    g = p.add_argument_group("quality part")
+    g.add_argument("--bleu", dest="bleu", action="store_true", default=None,
+                   help="train both decoders on a synthetic corpus and compare BLEU (default on; off with --quick)")
+    g.add_argument("--no-bleu", dest="bleu", action="store_false", help="skip the quality part")
+    g.add_argument("--bleu-train", type=int, default=20000, help="training sentence pairs (default 20000)")
+    g.add_argument("--bleu-test", type=int, default=500, help="test sentence pairs (default 500)")
+    g.add_argument("--bleu-updates", type=int, default=1000, help="fairseq-train --max-update (default 1000)")
+    g.add_argument("--bleu-layers", type=int, default=2, help="encoder and decoder layers (default 2)")
+    g.add_argument("--bleu-dim", type=int, default=128, help="embedding dim (default 128)")
+    g.add_argument("--bleu-heads", type=int, default=4, help="attention heads (default 4)")
+    g.add_argument("--bleu-ffn", type=int, default=512, help="FFN dim (default 512)")
+    g.add_argument("--bleu-max-tokens", type=int, default=2000, help="fairseq-train --max-tokens (default 2000)")
+    g.add_argument("--log-interval", type=int, default=50, help="fairseq-train --log-interval (wps samples)")
+    g.add_argument("--workdir", help="corpus, data-bin, checkpoints and logs go here (default: a temp dir)")
+    p.add_argument("--quick", action="store_true",
+                   help="smoke run: tiny sizes, 2 repeats, short sequences; with --bleu a tiny corpus, 30 updates")
+    p.add_argument("--json", metavar="OUT", help="write all results here")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.arch_size = "tiny" if args.layers is None and args.dim is None else args.arch_size
+        args.repeats, args.batch_size = min(args.repeats, 2), min(args.batch_size, 4)
+        args.src_len, args.out_len, args.tgt_len = min(args.src_len, 8), min(args.out_len, 6), min(args.tgt_len, 8)
+        args.train_tokens = min(args.train_tokens, 200)
+        args.bleu_train, args.bleu_test, args.bleu_updates = 300, 20, min(args.bleu_updates, 30)
+        args.bleu_layers, args.bleu_dim, args.bleu_heads, args.bleu_ffn = 1, 32, 2, 64
+        args.log_interval = min(args.log_interval, 10)
+        if args.bleu is None:
+            args.bleu = False
+    if args.bleu is None:
+        args.bleu = True
+    L, D, H, F, V = SIZES[args.arch_size]
+    for name, default in (("layers", L), ("dim", D), ("heads", H), ("ffn", F), ("vocab", V)):
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+    args.variant_list = [v.strip() for v in args.variants.split(",") if v.strip()]
+    for v in args.variant_list:
+        if v not in ("standard", "simplified") and v.replace("simplified-", "", 1) not in ORDERS:
+            p.error(f"--variants: unknown variant {v!r}")
+    if "standard" not in args.variant_list:
+        args.variant_list.insert(0, "standard")  # the baseline of every ratio
+    if args.dim % args.heads or args.bleu_dim % args.bleu_heads:
+        p.error("the dim must be a multiple of the heads")
+    if args.fp16 and args.device != "cuda":
+        p.error("--fp16 needs --device cuda")
+    if args.clock == "cpu" and args.device != "cpu":
+        p.error("--clock cpu is for CPU runs")
+    if min(args.repeats, args.batch_size, args.out_len, args.train_tokens) < 1 or min(args.src_len, args.tgt_len) < 2:
+        p.error("--repeats, --batch-size, --out-len, --train-tokens must be positive, lengths >= 2")
+    return args
+
+
+def variant_flags(name):
+    """fairseq-train flags of a variant (see the module docstring)."""
+    if name == "standard":
+        return ["--arch", "transformer"]
+    if name == "simplified":
+        return ["--arch", "transformer_simplified_decoder"]
+    if name.startswith("simplified-"):
+        return ["--arch", "transformer_simplified_decoder", "--decoder-sublayer-order", name[len("simplified-"):]]
+    return ["--arch", "transformer_head_gates", "--head-gates", "", "--decoder-sublayer-order", name]
+
+
+# ---------------------------------------------------------------------------------------------
+# speed part
+# ---------------------------------------------------------------------------------------------
+
+def build(name, args, data):
+    """(model, task, criterion, optimizer) of a variant, from a fairseq-train command line, random weights."""
+    import torch
+    from fairseq import optim, options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    L, D, H, F = (str(x) for x in (args.layers, args.dim, args.heads, args.ffn))
+    cmd = [data, "--task", "translation", "-s", "src", "-t", "tgt", "--share-all-embeddings", "--seed", str(args.seed),
+           "--encoder-layers", L, "--decoder-layers", L, "--encoder-embed-dim", D, "--decoder-embed-dim", D,
+           "--encoder-ffn-embed-dim", F, "--decoder-ffn-embed-dim", F,
+           "--encoder-attention-heads", H, "--decoder-attention-heads", H, "--dropout", "0.1",
+           "--max-source-positions", "1024", "--max-target-positions", "1024",
+           "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+           "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "1e-4"] + variant_flags(name)
+    if args.fp16:
+        cmd.append("--fp16")
+    cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), cmd))
+    torch.manual_seed(args.seed)
+    task = tasks.setup_task(cfg.task)
+    model = task.build_model(cfg.model)
+    criterion = task.build_criterion(cfg.criterion)
+    if args.fp16:
+        model.half()
+    model.to(args.torch_device)
+    criterion.to(args.torch_device)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = (optim.FP16Optimizer.build_optimizer(cfg, params) if args.fp16
+                 else optim.build_optimizer(cfg.optimizer, params))
+    assert len(task.source_dictionary) == args.vocab, (len(task.source_dictionary), args.vocab)
+    return {"model": model, "task": task, "criterion": criterion, "optimizer": optimizer,
+            "params": sum(p.numel() for p in model.parameters()),
+            "decoder_params": sum(p.numel() for p in model.decoder.parameters()),
+            "decoder_layer_params": sum(p.numel() for p in model.decoder.layers.parameters()),
+            "blocks": ",".join(getattr(model.decoder.layers[0], "blocks", ("self", "cross", "ffn")))}
+
+
+def random_tokens(d, n, length, g, device):
+    import torch
+
+    t = torch.randint(d.nspecial, len(d), (n, length), generator=g)
+    t[:, -1] = d.eos()
+    return t.to(device)
+
+
+def make_batches(args, d):
+    """(inference sample, training sample): fixed random tokens, no padding."""
+    import torch
+
+    g = torch.Generator().manual_seed(args.seed + 12345)
+    dev = args.torch_device
+    src = random_tokens(d, args.batch_size, args.src_len, g, dev)
+    infer = {"id": torch.arange(args.batch_size, device=dev),
+             "net_input": {"src_tokens": src, "src_lengths": torch.full((args.batch_size,), args.src_len, device=dev)}}
+    n = max(1, args.train_tokens // args.tgt_len)
+    src, tgt = random_tokens(d, n, args.src_len, g, dev), random_tokens(d, n, args.tgt_len, g, dev)
+    prev = torch.cat([torch.full((n, 1), d.eos(), dtype=tgt.dtype, device=dev), tgt[:, :-1]], 1)
+    train = {"id": torch.arange(n, device=dev), "nsentences": n, "ntokens": tgt.numel(), "target": tgt,
+             "net_input": {"src_tokens": src, "src_lengths": torch.full((n,), args.src_len, device=dev),
+                           "prev_output_tokens": prev}}
+    return infer, train
+
+
+def generate_fn(v, sample, args):
+    import torch
+    from fairseq.sequence_generator import SequenceGenerator
+
+    gen = SequenceGenerator([v["model"]], v["task"].target_dictionary, beam_size=args.beam, max_len_a=0,
+                            max_len_b=args.out_len, min_len=args.out_len)
+
+    def run():
+        v["model"].eval()
+        with torch.no_grad():
+            hypos = gen.generate([v["model"]], sample)
+        lengths = {len(h["tokens"]) for hs in hypos for h in hs}
+        if lengths != {args.out_len + 1}:
+            raise SystemExit(f"output lengths {sorted(lengths)}, expected {args.out_len + 1}")
+    return run
+
+
+def train_step_fn(v, sample):
+    """One training step as fairseq's Trainer does it (its bookkeeping aside)."""
+    step = [0]
+
+    def run():
+        v["optimizer"].zero_grad()
+        v["task"].train_step(sample, v["model"], v["criterion"], v["optimizer"], step[0])
+        v["optimizer"].clip_grad_norm(0.0)  # the Trainer always computes the norm (clip_norm 0: no clipping)
+        v["task"].optimizer_step(v["optimizer"], v["model"], step[0])
+        step[0] += 1
+    return run
+
+
+def time_part(fns, args, work):
+    """Warm-up, peak memory, then interleaved rounds; name -> results. work: units (words, sentences) per run."""
+    cuda = args.device == "cuda"
+    res = OrderedDict((n, {"wall_times_s": [], "cpu_times_s": [], "peak_mb": None}) for n in fns)
+    for name, fn in fns.items():
+        for _ in range(max(1, args.warmup)):
+            fn()
+    if not args.no_memory:
+        for name, fn in fns.items():
+            with PeakMemory(cuda) as mem:
+                fn()
+            res[name]["peak_mb"] = mem.mb
+    names = list(fns)
+    for k in range(args.repeats):
+        for name in names[k % len(names):] + names[:k % len(names)]:
+            (w, c), _ = bench_common.timed(fns[name], cuda)
+            res[name]["wall_times_s"].append(w)
+            res[name]["cpu_times_s"].append(c)
+    base = res["standard"]
+    for name, r in res.items():
+        r["times_s"] = r["cpu_times_s"] if args.clock == "cpu" else r["wall_times_s"]
+        r["time_s"] = statistics.median(r["times_s"])
+        r["wall_s"], r["cpu_s"] = statistics.median(r["wall_times_s"]), statistics.median(r["cpu_times_s"])
+        r["per_s"] = work / r["time_s"]
+    for name, r in res.items():
+        r["vs_standard"] = base["time_s"] / r["time_s"]
+        r["vs_standard_paired"] = statistics.median(a / b for a, b in zip(base["times_s"], r["times_s"]))
+    return res
+
+
+def speed_part(args):
+    import torch
+
+    with tempfile.TemporaryDirectory(prefix="simplified_decoder_bench_") as data:
+        for lang in ("src", "tgt"):
+            with open(os.path.join(data, f"dict.{lang}.txt"), "w") as f:
+                f.writelines(f"w{i} {args.vocab - i}\n" for i in range(args.vocab - 4))  # + 4 fairseq specials
+        variants = OrderedDict((n, build(n, args, data)) for n in args.variant_list)
+    infer, train = make_batches(args, variants["standard"]["task"].source_dictionary)
+    out = {"variants": {n: {k: v[k] for k in ("params", "decoder_params", "decoder_layer_params", "blocks")}
+                        for n, v in variants.items()},
+           "train_tokens": train["ntokens"], "train_sentences": train["nsentences"]}
+    if not args.no_infer:
+        print(f"timing inference ({', '.join(variants)}) ...", flush=True)
+        t0 = time.time()
+        out["infer"] = time_part({n: generate_fn(v, infer, args) for n, v in variants.items()}, args, args.batch_size)
+        print(f"  ({time.time() - t0:.0f} s)", flush=True)
+    if not args.no_train:
+        print(f"timing training steps ({', '.join(variants)}) ...", flush=True)
+        t0 = time.time()
+        out["train"] = time_part({n: train_step_fn(v, train) for n, v in variants.items()}, args, train["ntokens"])
+        print(f"  ({time.time() - t0:.0f} s)", flush=True)
+    del variants
+    torch.cuda.empty_cache() if args.device == "cuda" else None
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# quality part
+# ---------------------------------------------------------------------------------------------
+
+def run_logged(cmd, log, env):
+    with open(log, "w") as f:
+        f.write(" ".join(cmd) + "\n")
+        f.flush()
+        return subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+
+
+def wait_all(procs):
+    for name, (proc, log) in procs.items():
+        if proc.wait() != 0:
+            with open(log) as f:
+                raise SystemExit(f"{name} failed ({proc.returncode}), log {log}:\n{f.read()[-4000:]}")
+
+
+def bleu_part(args, workdir):
+    """Corpus, fairseq-preprocess, fairseq-train (both at once), fairseq-generate; BLEU and logged speeds."""
+    from fairseq_sparse.synthetic_corpus import make_corpus
+
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    raw = make_corpus(os.path.join(workdir, "raw"), train=args.bleu_train, valid=50, test=args.bleu_test,
+                      seed=args.seed)
+    data = os.path.join(workdir, "bin")
+    log = os.path.join(workdir, "preprocess.log")
+    wait_all({"fairseq-preprocess": (run_logged(
+        [os.path.join(BIN, "fairseq-preprocess"), "--source-lang", "src", "--target-lang", "tgt",
+         "--trainpref", f"{raw}/train", "--validpref", f"{raw}/valid", "--testpref", f"{raw}/test",
+         "--destdir", data, "--joined-dictionary", "--workers", "1"], log, env), log)})
+    L, D, H, F = (str(x) for x in (args.bleu_layers, args.bleu_dim, args.bleu_heads, args.bleu_ffn))
+    common = ["--user-dir", USER_DIR, "--encoder-layers", L, "--decoder-layers", L,
+              "--encoder-embed-dim", D, "--decoder-embed-dim", D, "--encoder-ffn-embed-dim", F,
+              "--decoder-ffn-embed-dim", F, "--encoder-attention-heads", H, "--decoder-attention-heads", H,
+              "--share-all-embeddings", "--dropout", "0.1",
+              "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+              "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "2e-3", "--lr-scheduler", "inverse_sqrt",
+              "--warmup-updates", str(max(1, min(200, args.bleu_updates // 5))), "--max-tokens", str(args.bleu_max_tokens),
+              "--max-update", str(args.bleu_updates), "--seed", str(args.seed), "--cpu", "--num-workers", "0",
+              "--no-progress-bar", "--log-format", "simple", "--log-interval", str(args.log_interval),
+              "--disable-validation", "--no-epoch-checkpoints", "--no-save-optimizer-state"]
+    names = ("standard", "simplified")
+    runs = OrderedDict()
+    for n in names:
+        runs[n] = {"save": os.path.join(workdir, n), "train_log": os.path.join(workdir, f"train_{n}.log"),
+                   "gen_log": os.path.join(workdir, f"generate_{n}.log")}
+        runs[n]["train_cmd"] = ([os.path.join(BIN, "fairseq-train"), data, "--save-dir", runs[n]["save"]]
+                                + variant_flags(n) + common)
+    print(f"training {' and '.join(names)} at once ({args.bleu_updates} updates, logs in {workdir}) ...", flush=True)
+    t0 = time.time()
+    wait_all({f"fairseq-train {n}": (run_logged(r["train_cmd"], r["train_log"], env), r["train_log"])
+              for n, r in runs.items()})
+    print(f"  ({time.time() - t0:.0f} s); decoding the test set ...", flush=True)
+    for n, r in runs.items():
+        r["gen_cmd"] = [os.path.join(BIN, "fairseq-generate"), data, "--user-dir", USER_DIR,
+                        "--path", os.path.join(r["save"], "checkpoint_last.pt"), "--gen-subset", "test",
+                        "--beam", "4", "--batch-size", "64", "--required-batch-size-multiple", "1",
+                        "--cpu", "--quiet", "--num-workers", "0"]
+    wait_all({f"fairseq-generate {n}": (run_logged(r["gen_cmd"], r["gen_log"], env), r["gen_log"])
+              for n, r in runs.items()})
+    for n, r in runs.items():
+        with open(r["train_log"]) as f:
+            text = f.read()
+        inner = [float(x) for x in re.findall(r"\| train_inner \|.*? wps=([\d.]+)", text)]
+        if not inner:  # fewer updates than --log-interval: the per-epoch summaries
+            inner = [float(x) for x in re.findall(r"\| train \| epoch .*?\| wps ([\d.]+)", text)]
+        r["wps_logged"] = inner
+        r["wps"] = statistics.median(inner[1:] if len(inner) > 1 else inner) if inner else None
+        m = re.search(r"num\. shared model params: ([\d,]+)", text)
+        r["params"] = int(m.group(1).replace(",", "")) if m else None
+        with open(r["gen_log"]) as f:
+            text = f.read()
+        m = re.search(r"BLEU4? = ([\d.]+)", text)
+        r["bleu"] = float(m.group(1)) if m else None
+        m = re.search(r"Translated ([\d,]+) sentences .*?\(([\d.]+) sentences/s", text)
+        r["test_sentences"], r["gen_sent_per_s"] = (int(m.group(1).replace(",", "")), float(m.group(2))) if m else (None, None)
+        if r["bleu"] is None or r["test_sentences"] != args.bleu_test:
+            raise SystemExit(f"fairseq-generate {n}: no BLEU or not all {args.bleu_test} sentences; log {r['gen_log']}")
+    return runs
+
+
+# ---------------------------------------------------------------------------------------------
+# report
+# ---------------------------------------------------------------------------------------------
+
+def pct(x):
+    return "-" if x is None else f"{x - 1:+.1%}"
+
+
+def print_report(args, speed, runs, meta):
+    print()
+    print(f"Simplified vs standard decoder (paper 004 Table 4): {meta['model']}")
+    print(f"device {meta['device']}, torch threads {meta['threads']}, clock {args.clock}, median of {args.repeats} "
+          f"interleaved rounds after {args.warmup} warm-up; load average before / after {meta['loadavg_before']} / "
+          f"{meta['loadavg_after']}")
+    if speed:
+        print()
+        hdr = f"{'variant':<20} {'decoder blocks':<16} {'params':>12} {'decoder':>12} {'dec. layers':>12}"
+        print(hdr)
+        print("-" * len(hdr))
+        for n, v in speed["variants"].items():
+            print(f"{n:<20} {v['blocks']:<16} {v['params']:>12,} {v['decoder_params']:>12,} "
+                  f"{v['decoder_layer_params']:>12,}")
+        print("(decoder: with the shared embeddings; dec. layers: the decoder layers only)")
+        for part, unit, desc in (
+                ("train", "words/s", f"training step (fwd + label-smoothed CE + bwd + Adam), {speed['train_sentences']} "
+                                     f"x {args.src_len} -> {args.tgt_len} tokens = {speed['train_tokens']} target words"),
+                ("infer", "sent/s", f"inference: SequenceGenerator, batch {args.batch_size}, beam {args.beam}, "
+                                    f"source {args.src_len}, output forced to {args.out_len} tokens + EOS")):
+            if part not in speed:
+                continue
+            print()
+            print(desc)
+            hdr = (f"{'variant':<20} {'wall s':>8} {'cpu s':>8} {unit:>10} {'vs standard':>11} {'(paired)':>8} "
+                   f"{'peak MB':>8}")
+            print(hdr)
+            print("-" * len(hdr))
+            for n, r in speed[part].items():
+                print(f"{n:<20} {r['wall_s']:>8.3f} {r['cpu_s']:>8.3f} {r['per_s']:>10.1f} {pct(r['vs_standard']):>11} "
+                      f"{pct(r['vs_standard_paired']):>8} {fmt(r['peak_mb'], '{:.0f}'):>8}")
+        print()
+        print(f"{'{words,sent}/s'}: work / median {args.clock} time; vs standard: speed ratio - 1 against stock fairseq "
+              "transformer; (paired): median of the per-round ratios; peak MB: what one untimed run added "
+              "(CPU: peak RSS, CUDA: allocated)")
+    if runs:
+        s, x = runs["standard"], runs["simplified"]
+        print()
+        print(f"quality: synthetic corpus ({args.bleu_train} train / {args.bleu_test} test pairs), "
+              f"{args.bleu_layers}+{args.bleu_layers} layers, dim {args.bleu_dim}, {args.bleu_heads} heads, FFN "
+              f"{args.bleu_ffn}, {args.bleu_updates} updates of <= {args.bleu_max_tokens} tokens, seed {args.seed}; "
+              "both trained at once, 1 thread each")
+        hdr = f"{'variant':<20} {'params':>10} {'BLEU4':>7} {'train wps':>10} {'gen sent/s':>10}"
+        print(hdr)
+        print("-" * len(hdr))
+        for n, r in runs.items():
+            print(f"{n:<20} {fmt(r['params'], '{:,}'):>10} {r['bleu']:>7.2f} {fmt(r['wps'], '{:.0f}'):>10} "
+                  f"{fmt(r['gen_sent_per_s'], '{:.1f}'):>10}")
+        wps = None if not (s["wps"] and x["wps"]) else x["wps"] / s["wps"]
+        gen = None if not (s["gen_sent_per_s"] and x["gen_sent_per_s"]) else x["gen_sent_per_s"] / s["gen_sent_per_s"]
+        print(f"{'simplified - standard':<20} {'':>10} {x['bleu'] - s['bleu']:>+7.2f} {pct(wps):>10} {pct(gen):>10}")
+        print("train wps: median of fairseq-train's logged wps (first interval left out); gen sent/s: fairseq-generate's "
+              "(real output lengths)")
+    print()
+    print(f"paper 004 Table 4 (Base, GPU): train +11.2..+12.6%, inference +11.6..+40.2%, BLEU -0.16..-0.32 "
+          f"(En-De, En-Fr); target here: >= +{PAPER_TARGET:.0%} speed, BLEU within ~{PAPER_BLEU_DROP}")
+    if speed and "simplified" in speed["variants"]:
+        for part in ("train", "infer"):
+            if part in speed:
+                r = speed[part]["simplified"]
+                print(f"  {part:<5}: simplified {pct(r['vs_standard'])} (paired {pct(r['vs_standard_paired'])}): "
+                      f"{'met' if r['vs_standard'] >= 1 + PAPER_TARGET else 'not met'}")
+    if runs:
+        diff = runs["simplified"]["bleu"] - runs["standard"]["bleu"]
+        print(f"  BLEU : {diff:+.2f}: {'met' if diff >= -PAPER_BLEU_DROP else 'not met'}")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    t_start = time.time()
+    loadavg_before = "%.2f %.2f %.2f" % os.getloadavg()
+    sys.path.insert(0, REPO)
+    quiet()
+    import torch
+
+    import fairseq_sparse  # noqa: F401  (registers transformer_simplified_decoder)
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: no CUDA device")
+    args.torch_device = torch.device(args.device)
+    L, D, H, F, V = args.layers, args.dim, args.heads, args.ffn, args.vocab
+    model_desc = f"random {L}+{L} layers, dim {D}, {H} heads, FFN {F}, vocab {V} (--arch-size {args.arch_size})"
+    speed = runs = None
+    if not (args.no_train and args.no_infer):
+        print(f"building {', '.join(args.variant_list)}: {model_desc} ...", flush=True)
+        speed = speed_part(args)
+    if args.bleu:
+        if args.workdir:
+            os.makedirs(args.workdir, exist_ok=True)
+            runs = bleu_part(args, args.workdir)
+        else:
+            with tempfile.TemporaryDirectory(prefix="simplified_decoder_bleu_") as workdir:
+                runs = bleu_part(args, workdir)
+    meta = {"model": model_desc, "device": args.device + (" fp16" if args.fp16 else "")
+            + (f" ({torch.cuda.get_device_name()})" if args.device == "cuda" else ""),
+            "threads": torch.get_num_threads(), "cores": len(os.sched_getaffinity(0)),
+            "loadavg_before": loadavg_before, "loadavg_after": "%.2f %.2f %.2f" % os.getloadavg(),
+            "torch": torch.__version__}
+    print_report(args, speed, runs, meta)
+    meta["elapsed_s"] = time.time() - t_start
+    print(f"total time {meta['elapsed_s']:.0f} s")
+    if args.json:
+        settings = {k: v for k, v in vars(args).items() if k != "torch_device"}
+        with open(args.json, "w") as f:
+            json.dump({"settings": settings, "meta": meta, "speed": speed, "quality": runs}, f, indent=1)
+        print(f"results written to {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
