@@ -223,7 +223,7 @@ def main(argv=None):
     torch.manual_seed(args.seed)
     dim = decoder.embed_dim
     embed_dim = args.probe_embed_dim or dim
-    heads = args.probe_heads or decoder.layers[0].encoder_attn.num_heads
+    heads = args.probe_heads or getattr(cfg.model, "decoder_attention_heads", None) or 4
     if embed_dim % heads:
         _fail(f"--probe-embed-dim {embed_dim} is not a multiple of the probe's {heads} heads (--probe-heads)")
     keys = [(k, l, m) for k in kinds for l in layer_ids for m in modules]
