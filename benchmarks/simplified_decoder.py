@@ -397,6 +397,11 @@ def bleu_part(args, workdir):
                         "--cpu", "--quiet", "--num-workers", "0"]
     wait_all({f"fairseq-generate {n}": (run_logged(r["gen_cmd"], r["gen_log"], env), r["gen_log"])
               for n, r in runs.items()})
+    return read_logs(runs, args.bleu_test)
+
+
+def read_logs(runs, test_sentences):
+    """BLEU, length ratio, sentences/s of fairseq-generate; wps, last nll, parameters of fairseq-train."""
     logs = {}
     for n, r in runs.items():
         with open(r["train_log"]) as f:
@@ -418,8 +423,8 @@ def bleu_part(args, workdir):
         r["bleu"], r["length_ratio"] = (float(m.group(1)), float(m.group(2))) if m else (None, None)
         m = re.search(r"Translated ([\d,]+) sentences .*?\(([\d.]+) sentences/s", text)
         r["test_sentences"], r["gen_sent_per_s"] = (int(m.group(1).replace(",", "")), float(m.group(2))) if m else (None, None)
-        if r["bleu"] is None or r["test_sentences"] != args.bleu_test:
-            raise SystemExit(f"fairseq-generate {n}: no BLEU or not all {args.bleu_test} sentences; log {r['gen_log']}")
+        if r["bleu"] is None or r["test_sentences"] != test_sentences:
+            raise SystemExit(f"fairseq-generate {n}: no BLEU or not all {test_sentences} sentences; log {r['gen_log']}")
     return runs
 
 
@@ -433,11 +438,11 @@ def pct(x):
 
 def print_report(args, speed, runs, meta):
     print()
-    print(f"Simplified vs standard decoder (paper 004 Table 4): {meta['model']}")
-    print(f"device {meta['device']}, torch threads {meta['threads']}, clock {args.clock}, median of {args.repeats} "
-          f"interleaved rounds after {args.warmup} warm-up; load average before / after {meta['loadavg_before']} / "
-          f"{meta['loadavg_after']}")
+    print(f"Simplified vs standard decoder (paper 004 Table 4); load average before / after {meta['loadavg_before']} / "
+          f"{meta['loadavg_after']} ({meta.get('cores', '?')} cores)")
     if speed:
+        print(f"speed: {meta['model']}; device {meta['device']}, torch threads {meta['threads']}, clock {args.clock}, "
+              f"median of {args.repeats} interleaved rounds after {args.warmup} warm-up")
         print()
         hdr = f"{'variant':<20} {'decoder blocks':<16} {'params':>12} {'decoder':>12} {'dec. layers':>12}"
         print(hdr)
@@ -463,7 +468,7 @@ def print_report(args, speed, runs, meta):
                 print(f"{n:<20} {r['wall_s']:>8.3f} {r['cpu_s']:>8.3f} {r['per_s']:>10.1f} {pct(r['vs_standard']):>11} "
                       f"{pct(r['vs_standard_paired']):>8} {fmt(r['peak_mb'], '{:.0f}'):>8}")
         print()
-        print(f"{'{words,sent}/s'}: work / median {args.clock} time; vs standard: speed ratio - 1 against stock fairseq "
+        print(f"words/s, sent/s: work / median {args.clock} time; vs standard: speed ratio - 1 against stock fairseq "
               "transformer; (paired): median of the per-round ratios; peak MB: what one untimed run added "
               "(CPU: peak RSS, CUDA: allocated)")
     if runs:
