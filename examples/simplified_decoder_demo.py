@@ -46,7 +46,7 @@ def main():
     p.add_argument("--work-dir", default="demo_out")
     p.add_argument("--train-sentences", type=int, default=20000)
     p.add_argument("--pretrain-updates", type=int, default=1500, help="updates of both models")
-    p.add_argument("--probe-updates", type=int, default=400, help="updates of the probing decoders")
+    p.add_argument("--probe-updates", type=int, default=300, help="updates of the probing decoders")
     p.add_argument("--quick", action="store_true", help="a much smaller run to check the pipeline")
     a = p.parse_args()
     if a.quick:
@@ -73,7 +73,9 @@ def main():
            for name, ckpt in (("standard", base_ckpt), ("simplified", simp_ckpt))}
 
     print("== 9. probe every decoder module (fairseq-sparse-probe)")
-    probe_args = ["--max-updates", str(a.probe_updates), "--max-tokens", "4096", "--cpu", "--no-progress-bar"]
+    # small probes (width 64) so that 2 x 24 of them train in minutes on a CPU
+    probe_args = ["--max-updates", str(a.probe_updates), "--max-tokens", "2048", "--probe-embed-dim", "64",
+                  "--probe-ffn-dim", "256", "--cpu", "--no-progress-bar"]
     sh([console("fairseq-sparse-probe"), data, "--path", base_ckpt, "--output-dir", os.path.join(out_dir, "probe_standard"),
         "--label", "standard"] + probe_args)
     sh([console("fairseq-sparse-probe"), data, "--path", simp_ckpt, "--output-dir", os.path.join(out_dir, "probe_simplified"),
