@@ -37,7 +37,7 @@ def train_wps(log_path):
 
 def parameters(log_path):
     with open(log_path) as f:
-        m = re.search(r"num\. model params: ([\d,]+)", f.read())
+        m = re.search(r"num\. shared model params: ([\d,]+)", f.read())
     return int(m.group(1).replace(",", "")) if m else None
 
 

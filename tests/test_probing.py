@@ -174,7 +174,7 @@ def test_probe_cli_bad_input(corpus, stock_transformer_ckpt, tmp_path):
     for extra, message in [
         (["--modules", "fnn"], "unknown module"),
         (["--probe", "both"], "--probe must name source and/or target"),
-        (["--layers", "5"], "the decoder has layers 0..1"),
+        (["--layers", "5"], "layer 5 does not exist, the decoder has 2 layers"),
         (["--valid-subset", "nosuch"], "cannot load subset 'nosuch'"),
         (["--lr", "0"], "--lr must be > 0"),
     ]:

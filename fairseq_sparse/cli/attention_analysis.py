@@ -65,6 +65,7 @@ import numpy as np
 import torch
 
 from fairseq_sparse import alignment as al
+from fairseq_sparse.cli import common
 from fairseq_sparse.modules.attention_capture import HeadAttentionRecorder
 
 logger = logging.getLogger("fairseq_sparse.attention_analysis")
@@ -265,21 +266,7 @@ def l0drop_summary(tokens, bins: int = 30) -> dict:
 
 def parse_layers(spec: str, n_layers: int) -> List[int]:
     """``all``, ``last`` or comma-separated 0-based layer indices (negative ones count from the top)."""
-    spec = spec.strip().lower()
-    if spec == "all":
-        return list(range(n_layers))
-    if spec == "last":
-        return [n_layers - 1]
-    out = []
-    for part in spec.split(","):
-        try:
-            k = int(part)
-        except ValueError:
-            raise ValueError(f"--align-layers: {part!r} is not a layer index (use 'all', 'last' or e.g. '2,3')") from None
-        if not -n_layers <= k < n_layers:
-            raise ValueError(f"--align-layers: layer {k} does not exist, the decoder has {n_layers} layers (0-based)")
-        out.append(k % n_layers)
-    return sorted(set(out))
+    return common.parse_layers(spec, n_layers, option="--align-layers")
 
 
 def get_parser():
@@ -326,21 +313,10 @@ def _fail(msg):
 
 
 def _load(path, data, args, task=None):
-    from fairseq import checkpoint_utils
-
-    overrides = {"data": os.path.abspath(data)}
-    if args.source_lang:
-        overrides["source_lang"] = args.source_lang
-    if args.target_lang:
-        overrides["target_lang"] = args.target_lang
     try:
-        if task is None:
-            models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides=overrides)
-        else:
-            models, cfg = checkpoint_utils.load_model_ensemble([path], arg_overrides=overrides, task=task)
-    except Exception as e:  # not a checkpoint, or dictionaries missing in DATA
-        _fail(f"cannot load {path} with data {data}: {type(e).__name__}: {e}")
-    return models[0], cfg, task
+        return common.load_checkpoint(path, data, args.source_lang, args.target_lang, task=task)
+    except ValueError as e:
+        _fail(str(e))
 
 
 def _words(pieces, special, separator):
@@ -377,11 +353,7 @@ def main(argv=None):
     from fairseq import utils
     from fairseq.logging import progress_bar
 
-    package_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    utils.import_user_module(argparse.Namespace(user_dir=package_dir))  # registers models, safe loading
-    if args.user_dir:
-        utils.import_user_module(argparse.Namespace(user_dir=args.user_dir))
-
+    common.import_plugins(args.user_dir)
     model, cfg, task = _load(args.path, args.data, args)
     decoder = getattr(model, "decoder", None)
     if getattr(model, "encoder", None) is None or decoder is None or not hasattr(decoder, "layers"):

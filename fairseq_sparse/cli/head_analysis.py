@@ -54,6 +54,7 @@ import numpy as np
 import torch
 
 from .. import alignment
+from . import common
 from ..modules.attention_capture import HeadAttentionRecorder
 
 logger = logging.getLogger("fairseq_sparse.head_analysis")
@@ -536,24 +537,15 @@ def main(argv=None):
         except (ValueError, UnicodeDecodeError) as e:
             _fail(f"cannot read --conllu: {e}")
 
-    from fairseq import checkpoint_utils, utils
+    from fairseq import utils
     from fairseq.logging import progress_bar
 
-    package_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    utils.import_user_module(argparse.Namespace(user_dir=package_dir))  # registers models, safe loading
-    if args.user_dir:
-        utils.import_user_module(argparse.Namespace(user_dir=args.user_dir))
-
-    overrides = {"data": os.path.abspath(args.data)}
-    if args.source_lang:
-        overrides["source_lang"] = args.source_lang
-    if args.target_lang:
-        overrides["target_lang"] = args.target_lang
+    common.import_plugins(args.user_dir)
     try:
-        models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([args.path], arg_overrides=overrides)
-    except Exception as e:  # not a checkpoint, or dictionaries missing in DATA
-        _fail(f"cannot load {args.path} with data {args.data}: {type(e).__name__}: {e}")
-    model = models[0].cpu().eval()
+        model, cfg, task = common.load_checkpoint(args.path, args.data, args.source_lang, args.target_lang)
+    except ValueError as e:
+        _fail(str(e))
+    model = model.cpu().eval()
     encoder = getattr(model, "encoder", None)
     if encoder is None or not hasattr(encoder, "layers") or not all(hasattr(x, "self_attn") for x in encoder.layers):
         _fail(f"{args.path}: {type(model).__name__} has no fairseq transformer encoder layers")

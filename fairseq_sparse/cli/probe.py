@@ -28,6 +28,7 @@ import time
 
 import torch
 
+from fairseq_sparse.cli import common
 from fairseq_sparse.probing import MODULE_LABELS, MODULES, PROBE_KINDS
 
 logger = logging.getLogger("fairseq_sparse.probe")
@@ -49,7 +50,7 @@ def get_parser():
     p.add_argument("--modules", default="all",
                    help=f"decoder modules to probe, comma-separated from {','.join(MODULES)}; 'all' = every module "
                         "the decoder has (a simplified decoder has no ffn/addnorm2, sem-ifm no tem)")
-    p.add_argument("--layers", default="all", help="decoder layers to probe: 'all' or 0-based indices like '0,5'")
+    p.add_argument("--layers", default="all", help="decoder layers to probe: 'all', 'last' or 0-based indices like '0,5' (negative: from the top)")
     p.add_argument("--train-subset", default="train", help="subset the probes are trained on (paper: the MT training set)")
     p.add_argument("--valid-subset", default="valid", help="held-out subset the perplexities are reported on")
     p.add_argument("--max-updates", type=int, default=2000, help="stop training the probes after this many updates")
@@ -119,33 +120,6 @@ def validate(args):
     return kinds, modules, compare
 
 
-def parse_layers(value, n_layers):
-    if value.strip() == "all":
-        return list(range(n_layers))
-    try:
-        ids = sorted({int(v) for v in _csv(value)})
-    except ValueError:
-        raise ValueError(f"--layers must be 'all' or comma-separated integers, got {value!r}")
-    if not ids or ids[0] < 0 or ids[-1] >= n_layers:
-        raise ValueError(f"--layers {value}: the decoder has layers 0..{n_layers - 1}")
-    return ids
-
-
-def load(args):
-    from fairseq import checkpoint_utils
-
-    overrides = {"data": os.path.abspath(args.data)}
-    if args.source_lang:
-        overrides["source_lang"] = args.source_lang
-    if args.target_lang:
-        overrides["target_lang"] = args.target_lang
-    try:
-        models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([args.path], arg_overrides=overrides)
-    except Exception as e:  # not a checkpoint, or dictionaries missing in DATA
-        _fail(f"cannot load {args.path} with data {args.data}: {type(e).__name__}: {e}")
-    return models[0], cfg, task
-
-
 def load_subset(task, cfg, subset):
     try:
         task.load_dataset(subset, task_cfg=cfg.task)
@@ -196,17 +170,16 @@ def main(argv=None):
 
     from fairseq_sparse.probing import DecoderModuleRecorder, ProbeSet, check_modules, frozen
 
-    package_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    utils.import_user_module(argparse.Namespace(user_dir=package_dir))  # registers models, safe loading
-    if args.user_dir:
-        utils.import_user_module(argparse.Namespace(user_dir=args.user_dir))
-
-    model, cfg, task = load(args)
+    common.import_plugins(args.user_dir)
+    try:
+        model, cfg, task = common.load_checkpoint(args.path, args.data, args.source_lang, args.target_lang)
+    except ValueError as e:
+        _fail(str(e))
     decoder = getattr(model, "decoder", None)
     if getattr(model, "encoder", None) is None or not hasattr(decoder, "layers"):
         _fail(f"{args.path}: {type(model).__name__} is not a fairseq encoder-decoder transformer")
     try:
-        layer_ids = parse_layers(args.layers, len(decoder.layers))
+        layer_ids = common.parse_layers(args.layers, len(decoder.layers))
         modules = check_modules(decoder.layers, wanted_modules, layer_ids, what=args.path)
         recorder = DecoderModuleRecorder(decoder.layers)
     except ValueError as e:
