@@ -232,7 +232,7 @@ def main(argv=None):
                 optimizer.step()
                 updates += 1
                 if updates % args.log_interval == 0:
-                    itr.log({"mean_nll": round(float(loss) / len(keys), 4)}, tag="train", step=updates)
+                    itr.log({"mean_nll": round(loss.item() / len(keys), 4)}, tag="train", step=updates)
                 if updates >= args.max_updates:
                     break
             if updates >= args.max_updates:
