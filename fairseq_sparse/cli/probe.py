@@ -289,6 +289,19 @@ def _series(out, kind, module):
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
+def _finish_axis(ax, out, title, ylabel):
+    layers = sorted({r["layer"] for r in out["results"]})
+    values = [y for line in ax.get_lines() for y in line.get_ydata() if y > 0]  # this panel's curves
+    ax.set_xticks(layers)
+    if values and max(values) / min(values) > 10:
+        ax.set_yscale("log")
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel("decoder layer (0 = bottom)")
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+
+
 def _panels(kinds):
     from fairseq_sparse import head_plots  # noqa: F401  (selects the Agg backend)
     import matplotlib.pyplot as plt
@@ -307,11 +320,7 @@ def plot_curves(out, modules, path, title):
             if xs:
                 ax.plot(xs, ys, marker="o", markersize=4, label=MODULE_LABELS[m])
                 drawn = True
-        ax.set_title(f"{kind} ({out['label']})", fontsize=10)
-        ax.set_xlabel("decoder layer (0 = bottom)")
-        ax.set_ylabel("recovery PPL (lower = more information)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        _finish_axis(ax, out, f"{kind} ({out['label']})", "recovery PPL (lower = more information)")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     if drawn:
@@ -327,11 +336,7 @@ def plot_compare(out, other, path):
             xs, ys = _series(run, kind, "ifm")
             if xs:
                 ax.plot(xs, ys, style, marker="o", markersize=4, label=f"IFM, {run.get('label', '?')}")
-        ax.set_title(kind, fontsize=10)
-        ax.set_xlabel("decoder layer (0 = bottom)")
-        ax.set_ylabel("recovery PPL")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        _finish_axis(ax, out, kind, "recovery PPL (lower = more information)")
     fig.suptitle("IFM information per layer (paper 004 Fig. 10)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
