@@ -85,7 +85,7 @@ from collections import OrderedDict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_common  # noqa: E402
-from bench_common import fmt, quiet  # noqa: E402
+from bench_common import fmt  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -555,16 +555,7 @@ def main(argv=None):
         print(f"warning: this machine is busy (load average {os.getloadavg()[0]:.1f} on {cores} cores): wall-clock "
               f"timings can be noisy; consider --clock cpu (with --threads 1)", flush=True)
     sys.path.insert(0, REPO)
-    quiet()
-    import torch
-
-    import fairseq_sparse  # noqa: F401
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("--device cuda: no CUDA device")
-    args.torch_device = torch.device(args.device)
+    torch = bench_common.init_torch(args)
     L, D, H, F, V = args.layers, args.dim, args.heads, args.ffn, args.vocab
     model_desc = (f"random fairseq transformer {L}+{L} layers, dim {D}, {H} heads, FFN {F}, vocab {V} "
                   f"(--size {args.size})")

@@ -65,7 +65,7 @@ from collections import OrderedDict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_common  # noqa: E402
-from bench_common import fmt, quiet  # noqa: E402
+from bench_common import fmt  # noqa: E402
 from head_pruning import PeakMemory  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -513,16 +513,7 @@ def main(argv=None):
     t_start = time.time()
     loadavg_before = "%.2f %.2f %.2f" % os.getloadavg()
     sys.path.insert(0, REPO)
-    quiet()
-    import torch
-
-    import fairseq_sparse  # noqa: F401  (registers transformer_simplified_decoder)
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("--device cuda: no CUDA device")
-    args.torch_device = torch.device(args.device)
+    torch = bench_common.init_torch(args)
     L, D, H, F, V = args.layers, args.dim, args.heads, args.ffn, args.vocab
     model_desc = f"random {L}+{L} layers, dim {D}, {H} heads, FFN {F}, vocab {V} (--arch-size {args.arch_size})"
     speed = runs = None
