@@ -1,7 +1,16 @@
 """What the analysis tools share: registering the plugin, loading a checkpoint with its task, and layer lists."""
 import argparse
+import logging
 import os
+import sys
 from typing import List, Optional
+
+
+def setup_logging():
+    """fairseq-style INFO logs on stderr. force: importing fairseq's models (wav2vec) already configured the
+    root logger at DEBUG level."""
+    logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", level=logging.INFO,
+                        stream=sys.stderr, force=True)
 
 
 def import_plugins(user_dir: Optional[str] = None):

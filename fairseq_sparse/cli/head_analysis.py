@@ -692,9 +692,7 @@ def print_summary(result):
 
 
 def cli_main():
-    # force: importing fairseq's models (wav2vec) already configured the root logger at DEBUG level
-    logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", level=logging.INFO,
-                        stream=sys.stderr, force=True)
+    common.setup_logging()
     main()
 
 
