@@ -13,7 +13,7 @@ from torch import nn
 import fairseq_sparse  # noqa: F401  (registers the plugin and fairseq's checkpoint classes)
 from conftest import console, run
 from fairseq_sparse.cli import head_analysis as ha
-from fairseq_sparse.head_plots import head_heatmap
+from fairseq_sparse.analysis.plotting import head_heatmap
 
 ENV = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
 SETTINGS = types.SimpleNamespace(positional_threshold=0.9, syntactic_margin=0.10, rare_threshold=0.5, rare_margin=0.10)

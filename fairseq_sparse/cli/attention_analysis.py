@@ -534,7 +534,7 @@ def write_outputs(result, stats, head_labels, n_use, out_dir):
         json.dump(_jsonable(result), f, indent=1)
     plot_layers(result, os.path.join(out_dir, "layers.png"))
 
-    from fairseq_sparse.head_plots import head_heatmap
+    from fairseq_sparse.analysis.plotting import head_heatmap
 
     n_cols = max([max(h) + 1 for h in head_labels if h] + [1])
     for key, title, label in (("entropy", "Encoder-decoder attention: mean entropy per target token", "entropy (nats)"),

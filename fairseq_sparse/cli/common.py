@@ -1,9 +1,28 @@
-"""What the analysis tools share: registering the plugin, loading a checkpoint with its task, and layer lists."""
+"""What every analysis tool repeats: logging, the plugin, checking inputs and outputs before any work,
+loading a checkpoint with its task, the data split with one max-positions rule, length-sorted batches
+with fairseq's progress bar, and the TSV / JSON writers.
+
+A tool's ``main`` parses, validates (``fail`` on bad input, before anything is loaded or written), loads,
+calls :mod:`fairseq_sparse.analysis`, writes with ``write_tsv`` / ``write_json`` and prints.
+"""
 import argparse
+import json
 import logging
+import math
 import os
 import sys
-from typing import List, Optional
+import zipfile
+from typing import Iterable, List, Optional, Sequence, Tuple
+
+logger = logging.getLogger("fairseq_sparse.cli")
+
+
+class ToolError(ValueError):
+    """Bad input found by a shared helper; ``fail`` turns it into the tool's error message."""
+
+
+# ------------------------------------------------------------------------------------------------
+# process set-up and errors
 
 
 def setup_logging():
@@ -11,6 +30,12 @@ def setup_logging():
     root logger at DEBUG level."""
     logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", level=logging.INFO,
                         stream=sys.stderr, force=True)
+
+
+def fail(prog: str, msg: str):
+    """Print ``prog: error: msg`` (argparse's format) and exit with status 2."""
+    print(f"{prog}: error: {msg}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def import_plugins(user_dir: Optional[str] = None):
@@ -23,10 +48,104 @@ def import_plugins(user_dir: Optional[str] = None):
         utils.import_user_module(argparse.Namespace(user_dir=user_dir))
 
 
+def use_cuda(cpu: bool = False) -> bool:
+    """CUDA when available, unless ``--cpu``."""
+    import torch
+
+    return torch.cuda.is_available() and not cpu
+
+
+# ------------------------------------------------------------------------------------------------
+# options every tool shares
+
+
+def add_checkpoint_args(parser, path_help="fairseq encoder-decoder transformer checkpoint", path_required=True):
+    """--path, --user-dir, --source-lang, --target-lang, --cpu."""
+    parser.add_argument("--path", required=path_required, metavar="CKPT", help=path_help)
+    parser.add_argument("--user-dir", default=None,
+                        help="extra fairseq plugin to import (fairseq_sparse is always imported)")
+    parser.add_argument("--source-lang", default=None)
+    parser.add_argument("--target-lang", default=None)
+    parser.add_argument("--cpu", action="store_true", help="run on the CPU even if CUDA is available")
+
+
+def add_progress_args(parser):
+    """fairseq's progress-bar options."""
+    parser.add_argument("--no-progress-bar", action="store_true", help="no progress bar")
+    parser.add_argument("--log-format", default=None, choices=("json", "none", "simple", "tqdm"))
+    parser.add_argument("--log-interval", type=int, default=100)
+
+
+def add_overwrite_arg(parser):
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace output files that already exist (default: refuse to start)")
+
+
+# ------------------------------------------------------------------------------------------------
+# checking inputs and outputs before any work
+
+
+def check_checkpoint_file(path: str, option: str = "--path"):
+    """Raise ToolError unless ``path`` is a readable, complete torch checkpoint (zip archive whose members
+    pass their CRC check): a truncated or corrupt file is found before any work starts."""
+    if not os.path.isfile(path):
+        raise ToolError(f"{option}: checkpoint not found: {path}")
+    try:
+        with zipfile.ZipFile(path) as z:
+            bad = z.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
+        raise ToolError(f"{option}: cannot read {path}: not a complete torch checkpoint (truncated or corrupt?): "
+                        f"{e}") from None
+    if bad is not None:
+        raise ToolError(f"{option}: {path} is corrupt (member {bad} fails its CRC check)")
+
+
+def check_input_files(*options: Tuple[str, Optional[str]]):
+    """Each (option, path) with a path given must be an existing file."""
+    for option, path in options:
+        if path is not None and not os.path.isfile(path):
+            raise ToolError(f"{option} file not found: {path}")
+
+
+def check_data_dir(data: Optional[str], option: str = "DATA"):
+    if data is not None and not os.path.isdir(data):
+        raise ToolError(f"{option}: data directory not found: {data}")
+
+
+def check_output_dir(output_dir: str, files: Iterable[str], overwrite: bool, option: str = "--output-dir"):
+    """``output_dir`` must be a directory or not exist, and hold none of ``files`` unless ``overwrite``."""
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise ToolError(f"{option} exists and is not a directory: {output_dir}")
+    check_output_files([(option, os.path.join(output_dir, f)) for f in files], overwrite)
+
+
+def check_output_files(options: Sequence[Tuple[str, Optional[str]]], overwrite: bool,
+                       inputs: Sequence[Optional[str]] = ()):
+    """Each (option, path) with a path given: its directory exists, the file does not (unless
+    ``overwrite``), and it is none of ``inputs`` (an output never replaces its own input, whatever
+    ``overwrite`` says)."""
+    for option, path in options:
+        if path is None:
+            continue
+        for src in inputs:
+            if src is not None and os.path.abspath(src) == os.path.abspath(path) or (
+                    src is not None and os.path.exists(src) and os.path.exists(path) and os.path.samefile(src, path)):
+                raise ToolError(f"{option} {path} is an input of this command: refusing to write over it")
+        parent = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(parent):
+            raise ToolError(f"{option}: directory does not exist: {parent}")
+        if os.path.exists(path) and not overwrite:
+            raise ToolError(f"{option}: {path} exists; pass --overwrite to replace it")
+
+
+# ------------------------------------------------------------------------------------------------
+# loading
+
+
 def load_checkpoint(path: str, data: str, source_lang: Optional[str] = None, target_lang: Optional[str] = None,
                     task=None):
     """(model, cfg, task) of a translation checkpoint read with the dictionaries of ``data`` (with ``task``
-    given: that task, and cfg of this checkpoint). Raises ValueError with a message for the user."""
+    given: that task, and cfg of this checkpoint). Raises ToolError with a message for the user."""
     from fairseq import checkpoint_utils
 
     overrides = {"data": os.path.abspath(data)}
@@ -40,8 +159,64 @@ def load_checkpoint(path: str, data: str, source_lang: Optional[str] = None, tar
         else:
             models, cfg = checkpoint_utils.load_model_ensemble([path], arg_overrides=overrides, task=task)
     except Exception as e:  # not a checkpoint, or dictionaries missing in DATA
-        raise ValueError(f"cannot load {path} with data {data}: {type(e).__name__}: {e}") from e
+        raise ToolError(f"cannot load {path} with data {data}: {type(e).__name__}: {e}") from e
     return models[0], cfg, task
+
+
+def load_split(task, cfg, subset: str, need_target: bool = False):
+    """The dataset of split ``subset``; ToolError if it cannot be read (or has no target side when needed)."""
+    try:
+        task.load_dataset(subset, task_cfg=cfg.task)
+    except Exception as e:
+        raise ToolError(f"cannot load subset '{subset}' from {cfg.task.data}: {type(e).__name__}: {e}") from e
+    dataset = task.dataset(subset)
+    if need_target and getattr(dataset, "tgt", None) is None:
+        raise ToolError(f"subset '{subset}' has no target side: the analysis needs reference translations")
+    return dataset
+
+
+def fitting_ids(task, model, dataset, ids: Sequence[int]) -> Tuple[List[int], List[int]]:
+    """(ids that fit the model's and the task's max positions, ids that do not): the one rule of every tool."""
+    from fairseq import utils
+
+    max_pos = utils.resolve_max_positions(task.max_positions(), model.max_positions())
+    if max_pos is None:
+        return list(ids), []
+    ms, mt = max_pos if isinstance(max_pos, tuple) else (max_pos, max_pos)
+    tgt_sizes = getattr(dataset, "tgt_sizes", None)
+
+    def too_long(i):
+        return (ms is not None and dataset.src_sizes[i] > ms) or (
+            mt is not None and tgt_sizes is not None and tgt_sizes[i] > mt)
+
+    bad = [i for i in ids if too_long(i)]
+    if bad:
+        logger.warning(f"skipping {len(bad)} sentences longer than the model's positions {max_pos}")
+    bad_set = set(bad)
+    return [i for i in ids if i not in bad_set], bad
+
+
+def length_sorted_batches(dataset, ids: Sequence[int], batch_size: int) -> List[List[int]]:
+    """``ids`` sorted by source length (longest first, then id) and cut into batches of ``batch_size``."""
+    ids = sorted(ids, key=lambda i: (-int(dataset.src_sizes[i]), i))
+    return [ids[k:k + batch_size] for k in range(0, len(ids), batch_size)]
+
+
+def progress(items, args, prefix: str, no_bar_format: str = "none"):
+    """fairseq's progress bar over ``items`` with the tool's --log-format / --log-interval / --no-progress-bar."""
+    from fairseq.logging import progress_bar
+
+    return progress_bar.progress_bar(items, log_format=args.log_format, log_interval=args.log_interval,
+                                     prefix=prefix,
+                                     default_log_format=no_bar_format if args.no_progress_bar else "tqdm")
+
+
+def collate(dataset, ids: Sequence[int], cuda: bool = False):
+    """A fairseq sample of the sentences ``ids`` (moved to CUDA when asked)."""
+    from fairseq import utils
+
+    sample = dataset.collater([dataset[i] for i in ids])
+    return utils.move_to_cuda(sample) if cuda else sample
 
 
 def parse_layers(spec: str, n_layers: int, option: str = "--layers") -> List[int]:
@@ -56,8 +231,64 @@ def parse_layers(spec: str, n_layers: int, option: str = "--layers") -> List[int
         try:
             k = int(part)
         except ValueError:
-            raise ValueError(f"{option}: {part!r} is not a layer index (use 'all', 'last' or e.g. '2,3')") from None
+            raise ToolError(f"{option}: {part!r} is not a layer index (use 'all', 'last' or e.g. '2,3')") from None
         if not -n_layers <= k < n_layers:
-            raise ValueError(f"{option}: layer {k} does not exist, the decoder has {n_layers} layers (0-based)")
+            raise ToolError(f"{option}: layer {k} does not exist, the decoder has {n_layers} layers (0-based)")
         out.append(k % n_layers)
     return sorted(set(out))
+
+
+# ------------------------------------------------------------------------------------------------
+# writing (each file appears whole or not at all: written next to its place, then renamed)
+
+
+def format_value(v, float_spec: str = "{:.4f}", none: str = "-") -> str:
+    """A TSV cell: floats by ``float_spec`` (``nan`` for NaN), bools as 0/1, None as ``none``, else str."""
+    if v is None:
+        return none
+    if isinstance(v, bool):
+        return str(int(v))
+    if isinstance(v, float):
+        return "nan" if math.isnan(v) else float_spec.format(v)
+    return str(v)
+
+
+def jsonable(x):
+    """numpy / torch scalars and arrays, tuples and dict keys made JSON-serialisable (NaN -> None)."""
+    import numpy as np
+
+    if isinstance(x, dict):
+        return {str(k) if not isinstance(k, str) else k: jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if hasattr(x, "tolist") and not isinstance(x, (str, bytes)):  # numpy / torch
+        return jsonable(x.tolist())
+    if isinstance(x, (np.floating, float)):
+        return None if math.isnan(float(x)) else float(x)
+    if isinstance(x, np.integer):
+        return int(x)
+    return x
+
+
+def write_text(path: str, text: str) -> str:
+    """Write ``text`` to ``path`` atomically (a temporary file in the same directory, then renamed)."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return path
+
+
+def write_tsv(path: str, header: Sequence[str], rows: Iterable[Sequence], float_spec: str = "{:.4f}",
+              none: str = "-") -> str:
+    """A header line and one line per row, cells by :func:`format_value`."""
+    lines = ["\t".join(header)] + ["\t".join(format_value(v, float_spec, none) for v in row) for row in rows]
+    return write_text(path, "\n".join(lines) + "\n")
+
+
+def write_json(path: str, obj) -> str:
+    return write_text(path, json.dumps(jsonable(obj), indent=1) + "\n")

@@ -642,7 +642,7 @@ def _short(name):
 
 
 def write_outputs(result, labels, n_cols, out_dir):
-    from fairseq_sparse.head_plots import head_heatmap
+    from fairseq_sparse.analysis.plotting import head_heatmap
 
     heads = result["heads"]
     rel_cols = list(result["baselines"])

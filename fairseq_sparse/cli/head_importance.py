@@ -419,7 +419,7 @@ def importance_rows(imp, info, ids):
 
 
 def write_importance(out, imp, info, ids, settings, tag=""):
-    from fairseq_sparse.head_plots import head_heatmap
+    from fairseq_sparse.analysis.plotting import head_heatmap
 
     rows = importance_rows(imp, info, ids)
     write_tsv(os.path.join(out, f"importance{tag}.tsv"),
@@ -482,7 +482,7 @@ def _bleu_signature(ev):
 
 def _plot_lines(series, path, title, xlabel, ylabel):
     """series: list of (label, xs, ys); None values are left out."""
-    from fairseq_sparse import head_plots  # noqa: F401  (selects the Agg backend)
+    from fairseq_sparse.analysis import plotting  # noqa: F401  (selects the Agg backend)
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
@@ -562,7 +562,7 @@ def cmd_ablate(args, sess):
     write_json(os.path.join(args.output_dir, "ablation.json"), {
         "base_bleu": base["bleu"], "sentences": len(ev.ids), "signature": _bleu_signature(ev),
         "settings": _settings(args), "heads": rows})
-    from fairseq_sparse.head_plots import head_heatmap
+    from fairseq_sparse.analysis.plotting import head_heatmap
     for t in args.types:
         sel = [r for r in rows if r["type"] == t]
         if not sel:
@@ -605,7 +605,7 @@ def cmd_keep_one(args, sess):
     write_json(os.path.join(args.output_dir, "keep_one.json"), {
         "base_bleu": base["bleu"], "sentences": len(ev.ids), "select": args.select,
         "signature": _bleu_signature(ev), "settings": _settings(args), "layers": rows})
-    from fairseq_sparse.head_plots import head_heatmap
+    from fairseq_sparse.analysis.plotting import head_heatmap
     types = [t for t in TYPES if any(r["type"] == t for r in rows)]
     n_layers = max(r["layer"] for r in rows) + 1 if rows else 0
     if rows:

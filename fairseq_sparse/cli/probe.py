@@ -303,7 +303,7 @@ def _finish_axis(ax, out, title, ylabel):
 
 
 def _panels(kinds):
-    from fairseq_sparse import head_plots  # noqa: F401  (selects the Agg backend)
+    from fairseq_sparse.analysis import plotting  # noqa: F401  (selects the Agg backend)
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(kinds), figsize=(5.2 * len(kinds), 3.8), squeeze=False)

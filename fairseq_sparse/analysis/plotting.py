@@ -1,6 +1,7 @@
-"""Heat maps of per-head values (layers x heads), as in paper 001's Figures 1 and 2.
+"""Every figure of the analysis tools; the one module that chooses matplotlib's backend (Agg: files only).
 
-Used by the head tools (confidence and function of heads, head importance, retained heads)::
+Heat maps of per-head values (layers x heads), as in Voita et al. (2019) Figures 1 and 2, used by the head
+tools (confidence and function of heads, head importance, retained heads)::
 
     head_heatmap(values, "confidence.png", "Encoder self-attention", "confidence")
 
@@ -16,6 +17,11 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display; must precede the pyplot import
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+
+
+def pyplot():
+    """matplotlib.pyplot with the Agg backend (for the plotting functions of the tools)."""
+    return plt
 
 
 def head_heatmap(values, path: str, title: str, cbar_label: str, row_labels: Optional[Sequence[str]] = None,
