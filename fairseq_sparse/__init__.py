@@ -2,6 +2,21 @@
 
 Importing the package registers its models and criterions with fairseq and lets torch's safe
 checkpoint loader (weights_only=True, the default since torch 2.6) read fairseq checkpoints.
+
+Bibliography (docstrings and ``--help`` texts cite these by authors and year):
+
+- Zhang, Titov & Sennrich 2021: On Sparsifying Encoder Outputs in Sequence-to-Sequence Models
+  (Findings of ACL 2021). L0Drop: HardConcrete gates on encoder outputs, pruned decoding (Algorithm 1).
+- Voita, Talbot, Moiseev, Sennrich & Titov 2019: Analyzing Multi-Head Self-Attention: Specialized Heads
+  Do the Heavy Lifting, the Rest Can Be Pruned (ACL 2019). Head gates with an L0 penalty, head functions.
+- Zhang, Zhao, Li & Zong 2019: Attention With Sparsity Regularization for Neural Machine Translation and
+  Summarization (IEEE/ACM TASLP 27(3)). Minimum-entropy and max-L-inf attention regularisers, AER / SAER.
+- Michel, Levy & Neubig 2019: Are Sixteen Heads Really Better than One? (NeurIPS 2019). Head masks,
+  importance scores, pruning curves.
+- Yang, Wang, Shi, Tadepalli, Lee & Tu 2020: On the Sub-Layer Functionalities of Transformer Decoder
+  (Findings of EMNLP 2020). Simplified decoder, sub-layer orders, the universal probing decoder.
+- Louizos, Welling & Kingma 2018: Learning Sparse Neural Networks through L0 Regularization (ICLR 2018).
+  The HardConcrete distribution.
 """
 from . import checkpoint_safety  # noqa: F401  (first: fairseq tools may load checkpoints right after)
 from . import criterions, models, modules  # noqa: F401
