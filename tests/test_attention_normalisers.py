@@ -379,6 +379,24 @@ def test_command_line_options(corpus):
             "--encdec-attention-normaliser", "nope"])
 
 
+def test_gumbel_attention_scales_noise_by_temperature():
+    """Eq. 18 in training: softmax((e + g) / T), the noise divided by T as the logits are (was softmax(e/T + g))."""
+    torch.manual_seed(0)
+    T = 0.25
+    attn = NormalisedAttention(EMBED, HEADS, encoder_decoder_attention=True, normaliser="gumbel", temperature=T)
+    attn.train()
+    query, memory = torch.randn(3, 2, EMBED), torch.randn(5, 2, EMBED)
+    with torch.no_grad():
+        logits_over_t, _ = attn(query, memory, memory, static_kv=True, before_softmax=True)  # e / T
+        torch.manual_seed(11)
+        _, weights = attn(query, memory, memory, static_kv=True, need_head_weights=True)
+        torch.manual_seed(11)  # the same draw as inside the layer
+        u = torch.rand(logits_over_t.shape)
+        g = -torch.log(-torch.log(u.clamp(1e-10, 1.0 - 1e-7)))
+    expected = F.softmax((logits_over_t * T + g) / T, dim=-1).view(2, HEADS, 3, 5).transpose(1, 0)
+    assert torch.allclose(weights, expected, atol=1e-5)
+
+
 def test_training_step_gumbel_is_stochastic(stock_transformer_ckpt, corpus):
     """In training mode gumbel draws noise (two passes differ), gradients are finite; eval is deterministic."""
     model, _, task = normalised_model(stock_transformer_ckpt, corpus, "gumbel", 0.5)

@@ -106,14 +106,18 @@ def softmax_t(logits: Tensor, temperature: float = 1.0, dim: int = -1) -> Tensor
     return _finish(F.softmax(x, dim=dim), masked, empty)
 
 
+def gumbel_noise(like: Tensor, generator: Optional[torch.Generator] = None) -> Tensor:
+    """g ~ Gumbel(0, 1) i.i.d., float32, of the shape of ``like``."""
+    u = torch.rand(like.shape, generator=generator, dtype=torch.float32, device=like.device)
+    return -torch.log(-torch.log(u.clamp(1e-10, 1.0 - 1e-7)))
+
+
 def gumbel_softmax(logits: Tensor, temperature: float = 1.0, dim: int = -1, training: bool = True,
                    generator: Optional[torch.Generator] = None) -> Tensor:
     """Eq. 18: softmax((e + g) / T), g ~ Gumbel(0, 1); without noise (softmax(e / T)) unless training."""
     if not training:
         return softmax_t(logits, temperature, dim)
-    u = torch.rand(logits.shape, generator=generator, dtype=torch.float32, device=logits.device)
-    g = -torch.log(-torch.log(u.clamp(1e-10, 1.0 - 1e-7)))
-    return softmax_t(logits.float() + g, temperature, dim)  # -inf + g stays -inf
+    return softmax_t(logits.float() + gumbel_noise(logits, generator), temperature, dim)  # -inf + g stays -inf
 
 
 def _sparse(fn, logits: Tensor, temperature: float, dim: int) -> Tensor:
@@ -193,8 +197,11 @@ class NormalisedAttention(CountAwareAttention):
                                     incremental_state=incremental_state, need_weights=False,
                                     static_kv=True, attn_mask=attn_mask, before_softmax=True)
         src_len = logits.size(-1)
-        # logits are already divided by T (apply_sparse_mask), so normalise with T = 1
-        weights_float = normalise(self.normaliser, logits, 1.0, dim=-1, training=self.training)
+        # logits are already divided by T (apply_sparse_mask), so normalise with T = 1; Gumbel noise is
+        # divided by T too: softmax((e + g) / T + log c), Eq. 18
+        if self.normaliser == "gumbel" and self.training:
+            logits = logits.float() + gumbel_noise(logits) / self.temperature
+        weights_float = normalise(self.normaliser, logits, 1.0, dim=-1, training=False)
         weights = weights_float.type_as(logits)
         probs = self.dropout_module(weights)
         kv_bsz = v.size(0) // self.num_heads
