@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""Decoding speed and memory of a transformer with attention heads physically removed (paper 003, Sec. 4.3).
+"""Decoding speed and memory of a transformer with attention heads physically removed (Michel et al. 2019, Sec. 4.3).
 
-Paper 003 (Michel et al. 2019), Table 4: BERT with 50% of its heads pruned processes +17.5% examples/s
+Michel, Levy & Neubig 2019, Table 4: BERT with 50% of its heads pruned processes +17.5% examples/s
 at batch sizes 16 and 64 (GPU), about +2% at batch 1 and 4. This script measures the same kind of
 ratio for translation decoding with fairseq's SequenceGenerator (beam search), side by side in one
 run and on one source batch (the first B sentences of it for batch size B), for these variants:
@@ -30,10 +30,12 @@ run and on one source batch (the first B sentences of it for batch size B), for 
                   can give if attention time were proportional to heads: 1 / (1 - f * share).
                   ``--no-bound`` skips it.
   mask:FILE       with ``--from-mask FILE`` (a head mask JSON {"enc": [[1, 0, ...], ...], "dec": ...,
-                  "encdec": ...}, one row per layer, a value per head; heads with value <= 0 are removed
-                  as by fairseq-sparse-prune-heads): that real pruning pattern on the random model. The
-                  model size must match the mask (``--size`` / ``--layers`` / ``--heads``). With a mask the
-                  percentage variants are off unless ``--fractions`` is given.
+                  "encdec": ...}, one row per layer, a value in [0, 1] per head; heads with value 0 are
+                  removed as by fairseq-sparse-prune-heads): that real pruning pattern on the random
+                  model. The mask is read and checked by the head-gates module's validator (read_head_mask,
+                  check_head_mask) before anything is built: the model size must match it (``--size`` /
+                  ``--layers`` / ``--heads``). With a mask the percentage variants are off unless
+                  ``--fractions`` is given.
 
 The weights are random (transformer-base by default: 6+6 layers, dim 512, 8 heads, FFN 2048, joined
 vocabulary 8k from a dummy dictionary, no corpus needed): decoding speed does not depend on the values,
@@ -44,22 +46,23 @@ number of hypotheses. All sources have ``--src-len`` tokens (EOS included; rando
 
 Correctness check (printed, not timed): on the first ``--check-batch`` sentences, each pruned variant
 must give the same hypotheses (tokens) and scores (to 1e-4) as a copy of the full model with exactly
-those heads masked (``set_head_masks``, the xi_h = 0 of paper 003 Eq. 1), and the same log-probabilities
+those heads masked (``set_head_masks``, the xi_h = 0 of Michel et al. 2019, Eq. 1), and the same log-probabilities
 when teacher-forced on those hypotheses (max |diff| printed).
 
-Timing: one process holds all variants. Per batch size: ``--warmup`` generates per variant, one more
-per variant whose peak memory is measured (see below; ``--no-memory`` skips it), then ``--repeats`` rounds that time one generate per variant, in an
-order rotated every round (ABC, BCA, CAB, ...), so that load changes on a shared machine hit all
-variants alike; the median per variant is reported, and every ratio also as the median of the
-per-round ratios ("paired"). Wall clock and process CPU time are both recorded; ``--clock`` picks the
-one sent/s and the ratios use (``cpu`` is steadier on a busy machine, with ``--threads 1``, the
-default). "enc s": the encoder alone (median over rounds, timed separately after each generate).
+Timing (the rules of benchmarks/bench_common.py): one process holds all variants. Per batch size:
+``--warmup`` generates per variant, one more per variant whose peak memory is measured (see below;
+``--no-memory`` skips it), then ``--repeats`` interleaved rounds that time one generate per variant, in
+an order rotated every round; medians per variant, every ratio also paired (the median of the per-round
+ratios), and the spread of those per-round ratios printed as the run's noise. Wall clock and process
+CPU time are both recorded; ``--clock`` picks the one sent/s and the ratios use (``cpu`` is steadier on
+a busy machine, with ``--threads 1``, the default). "enc s": the encoder alone (median over rounds,
+timed separately after each generate).
 
 Memory: "model MB" is the parameters' size; "decode MB" is the peak memory that one untimed generate
 added, measured once every variant has had its warm-up (a process's first big generate costs the
-allocator some 8% more, whichever variant it is): on CPU, Linux's VmHWM (peak RSS, reset through /proc/self/clear_refs just before the
-generate, after gc and malloc_trim) minus VmRSS at that moment; on CUDA, max_memory_allocated minus
-memory_allocated. (tracemalloc does not see PyTorch's tensor memory, hence RSS.)
+allocator some 8% more, whichever variant it is): bench_common.PeakMemory, on CPU Linux's VmHWM (peak
+RSS, reset through /proc/self/clear_refs just before the generate, after gc and malloc_trim) minus
+VmRSS at that moment; on CUDA, max_memory_allocated minus memory_allocated.
 
 Usage:
   python benchmarks/head_pruning.py                                  # base model, batch 1,16,64, beam 4
@@ -71,13 +74,9 @@ Usage:
 """
 import argparse
 import copy
-import ctypes
 import gc
-import json
 import os
 import random
-import signal
-import statistics
 import sys
 import tempfile
 import time
@@ -85,31 +84,18 @@ from collections import OrderedDict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_common  # noqa: E402
-from bench_common import fmt  # noqa: E402
+from bench_common import fmt, pct, print_header  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-#: name -> (layers per side, dim, heads, FFN dim, joined vocabulary)
-SIZES = {
-    "base": (6, 512, 8, 2048, 8000),    # transformer / transformer_wmt_en_de (Vaswani et al. base)
-    "iwslt": (6, 512, 4, 1024, 8000),   # transformer_iwslt_de_en
-    "small": (3, 256, 4, 1024, 8000),
-    "tiny": (2, 64, 4, 128, 500),       # the tests' tiny model (smoke runs)
-}
+PRESETS = ("base", "iwslt", "small", "tiny")  # of bench_common.SIZES
 TYPES = ("enc", "dec", "encdec")
-PAPER_TARGET = 0.175  # paper 003 Table 4: +17.5% examples/s at 50% heads pruned, batch >= 16
+PAPER_TARGET = 0.175  # Michel et al. 2019, Table 4: +17.5% examples/s at 50% heads pruned, batch >= 16
 SCORE_TOL = 1e-4
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--size", default="base", choices=sorted(SIZES), help="model size preset (default base)")
-    p.add_argument("--layers", type=int, help="encoder and decoder layers (overrides --size)")
-    p.add_argument("--dim", type=int, help="embedding dim (overrides --size)")
-    p.add_argument("--heads", type=int, help="attention heads per layer (overrides --size)")
-    p.add_argument("--ffn", type=int, help="FFN dim (overrides --size)")
-    p.add_argument("--vocab", type=int, help="joined vocabulary size (overrides --size)")
+    bench_common.add_size_args(p, "--size", PRESETS)
     p.add_argument("--fractions", help="fractions of all heads to remove, comma list (default 0.25,0.5,0.75; "
                                        "none with --from-mask)")
     p.add_argument("--selection", default="even", choices=["even", "random"],
@@ -117,83 +103,37 @@ def parse_args(argv=None):
     p.add_argument("--from-mask", metavar="FILE", help="also benchmark the pruning given by this head mask JSON")
     p.add_argument("--no-bound", action="store_true", help="skip the pruned-100%% variant (attention's share)")
     p.add_argument("--batch-sizes", default="1,16,64", help="comma list (default 1,16,64)")
-    p.add_argument("--beam", type=int, default=4)
     p.add_argument("--src-len", type=int, default=60, help="source length in tokens, EOS included")
     p.add_argument("--out-len", type=int, default=60, help="forced output length (tokens before EOS)")
-    p.add_argument("--repeats", type=int, default=3, help="timed rounds per batch size (median reported)")
-    p.add_argument("--warmup", type=int, default=1, help="untimed generates per variant and batch size")
-    p.add_argument("--no-memory", action="store_true", help="skip the (untimed) peak-memory generates")
     p.add_argument("--check-batch", type=int, default=4, help="sentences of the equivalence check")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1; 0: torch's default)")
-    p.add_argument("--clock", default="wall", choices=["wall", "cpu"],
-                   help="time behind sent/s and the ratios: wall clock (default) or process CPU time (CPU only)")
-    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    p.add_argument("--fp16", action="store_true", help="CUDA only: half precision")
+    bench_common.add_run_args(p, repeats=3, threads=1)
     p.add_argument("--quick", action="store_true",
                    help="smoke run: batch sizes 1,16, source and output 20 tokens, 2 repeats")
-    p.add_argument("--json", metavar="OUT", help="write all results here")
     args = p.parse_args(argv)
-    L, D, H, F, V = SIZES[args.size]
-    for name, default in (("layers", L), ("dim", D), ("heads", H), ("ffn", F), ("vocab", V)):
-        if getattr(args, name) is None:
-            setattr(args, name, default)
-    if args.dim % args.heads:
-        p.error(f"--dim {args.dim} is not a multiple of --heads {args.heads}")
-    if args.fp16 and args.device != "cuda":
-        p.error("--fp16 needs --device cuda")
-    if args.clock == "cpu" and args.device != "cpu":
-        p.error("--clock cpu is for CPU decoding")
+    bench_common.check_size_args(p, args, args.size)
     if args.quick:
-        if args.batch_sizes == "1,16,64":
-            args.batch_sizes = "1,16"
-        args.src_len, args.out_len = min(args.src_len, 20), min(args.out_len, 20)
-        args.repeats = min(args.repeats, 2)
+        bench_common.apply_quick(args, {"src_len": 20, "out_len": 20, "repeats": 2},
+                                 {"batch_sizes": ("1,16,64", "1,16")})
     if args.fractions is None:
         args.fractions = "" if args.from_mask else "0.25,0.5,0.75"
     try:
         args.fraction_list = [float(x) for x in args.fractions.split(",") if x.strip()]
-        args.batch_list = sorted({int(x) for x in args.batch_sizes.split(",") if x.strip()})
-    except ValueError as e:
-        p.error(str(e))
+    except ValueError:
+        p.error(f"--fractions: not a comma list of numbers: {args.fractions!r}")
     if any(not 0 < f <= 1 for f in args.fraction_list):
         p.error("--fractions must lie in (0, 1]")
-    if not args.batch_list or min(args.batch_list) < 1 or args.repeats < 1 or args.src_len < 2 or args.out_len < 1:
-        p.error("batch sizes, --repeats, --src-len (>= 2) and --out-len must be positive")
-    if args.from_mask and not os.path.exists(args.from_mask):
-        p.error(f"--from-mask: no such file: {args.from_mask}")
+    args.batch_list = sorted(set(bench_common.int_list(p, "--batch-sizes", args.batch_sizes)))
+    bench_common.check_run_args(p, args)
+    bench_common.check_range(p, "--src-len", args.src_len, 2)
+    bench_common.check_range(p, "--out-len", args.out_len, 1, bench_common.MAX_POSITIONS - 1)
+    bench_common.check_range(p, "--check-batch", args.check_batch, 1, None)
+    args._mask_keep = keep_from_mask(p, args) if args.from_mask else None
     return args
 
 
 # ---------------------------------------------------------------------------------------------
-# the model and the variants
+# the variants
 # ---------------------------------------------------------------------------------------------
-
-def build_full_model(args, workdir):
-    """fairseq's ``transformer`` of the requested size, random weights, on a dummy joined dictionary."""
-    import torch
-    from fairseq import options, tasks
-
-    data = os.path.join(workdir, "data")
-    os.makedirs(data, exist_ok=True)
-    for lang in ("src", "tgt"):
-        with open(os.path.join(data, f"dict.{lang}.txt"), "w") as f:
-            f.writelines(f"w{i} {args.vocab - i}\n" for i in range(args.vocab - 4))  # + 4 fairseq specials
-    L, D, H, F = args.layers, args.dim, args.heads, args.ffn
-    cmd = [data, "--task", "translation", "-s", "src", "-t", "tgt", "--arch", "transformer",
-           "--share-all-embeddings", "--seed", str(args.seed),
-           "--encoder-layers", str(L), "--decoder-layers", str(L),
-           "--encoder-embed-dim", str(D), "--decoder-embed-dim", str(D),
-           "--encoder-ffn-embed-dim", str(F), "--decoder-ffn-embed-dim", str(F),
-           "--encoder-attention-heads", str(H), "--decoder-attention-heads", str(H),
-           "--max-source-positions", "1024", "--max-target-positions", "1024"]
-    margs = options.parse_args_and_arch(options.get_training_parser(), cmd)
-    torch.manual_seed(args.seed)
-    task = tasks.setup_task(margs)
-    model = task.build_model(margs).eval()
-    assert len(task.source_dictionary) == args.vocab, (len(task.source_dictionary), args.vocab)
-    return model, task
-
 
 def spread_positions(n_heads, n_keep, offset):
     """n_keep of n_heads positions, evenly spaced, rotated by offset."""
@@ -227,25 +167,22 @@ def select_heads(modules, fraction, selection, seed):
     return keep
 
 
-def keep_from_mask(modules, path):
-    """Head positions with mask value > 0 (the rule of fairseq-sparse-prune-heads --head-mask)."""
-    with open(path) as f:
-        matrix = json.load(f)
-    keep = {k: list(range(m.num_heads)) for k, m in modules.items()}
-    for t, rows in matrix.items():
-        if t not in TYPES:
-            raise SystemExit(f"--from-mask: unknown attention type {t!r} (use {', '.join(TYPES)})")
-        n_layers = sum(1 for k in modules if k[0] == t)
-        if len(rows) != n_layers:
-            raise SystemExit(f"--from-mask: '{t}' has {len(rows)} rows, the model has {n_layers} {t} layers "
-                             f"(set --size / --layers / --heads to the mask's model)")
-        for i, row in enumerate(rows):
-            n = modules[(t, i)].num_heads
-            if len(row) != n:
-                raise SystemExit(f"--from-mask: {t} layer {i} has {len(row)} values, the model has {n} heads "
-                                 f"(set --size / --heads to the mask's model)")
-            keep[(t, i)] = [h for h, v in enumerate(row) if float(v) > 0]
-    return keep
+def keep_from_mask(p, args):
+    """(type, layer) -> head positions with mask value > 0 (the rule of fairseq-sparse-prune-heads
+    --head-mask), from --from-mask checked by the project's head-mask validator against the model that
+    --size / --layers / --heads describe, before anything is built."""
+    from fairseq_sparse.modules.head_gates import check_head_mask, read_head_mask
+
+    layout = OrderedDict(((t, i), args.heads) for t in TYPES for i in range(args.layers))
+    try:
+        matrix = read_head_mask(args.from_mask)
+    except ValueError as e:
+        p.error(f"--from-mask: {e}")
+    try:
+        masks = check_head_mask(matrix, layout)
+    except ValueError as e:
+        p.error(f"--from-mask {args.from_mask}: {e} (set --size / --layers / --heads to the mask's model)")
+    return {k: [h for h, v in enumerate(m.tolist()) if v > 0] for k, m in masks.items()}
 
 
 def param_counts(model):
@@ -270,8 +207,8 @@ def make_variants(full, args):
         m.skip_embed_dim_check = True  # fairseq's own attention code everywhere, as in the pruned models
     variants["full-same-path"] = {"model": same, "keep": None}
     plans = [(f"pruned-{f:.0%}", select_heads(modules, f, args.selection, args.seed)) for f in args.fraction_list]
-    if args.from_mask:
-        plans.append((f"mask:{os.path.basename(args.from_mask)}", keep_from_mask(modules, args.from_mask)))
+    if args._mask_keep is not None:
+        plans.append((f"mask:{os.path.basename(args.from_mask)}", args._mask_keep))
     if not args.no_bound and 1.0 not in args.fraction_list:
         plans.append(("pruned-100%", {k: [] for k in modules}))
     for name, keep in plans:
@@ -295,17 +232,7 @@ def make_variants(full, args):
 # ---------------------------------------------------------------------------------------------
 
 def make_generator(model, task, args):
-    from fairseq.sequence_generator import SequenceGenerator
-
-    return SequenceGenerator([model], task.target_dictionary, beam_size=args.beam, max_len_a=0,
-                             max_len_b=args.out_len, min_len=args.out_len)
-
-
-def make_sample(src, n):
-    import torch
-
-    return {"id": torch.arange(n, device=src.device),
-            "net_input": {"src_tokens": src[:n], "src_lengths": torch.full((n,), src.size(1), device=src.device)}}
+    return bench_common.forced_generator(model, task.target_dictionary, args.beam, args.out_len)
 
 
 def teacher_forced_lprobs(model, sample, hypos, pad, eos):
@@ -334,7 +261,7 @@ def equivalence_check(full, variants, task, src, args):
     masked = copy.deepcopy(full)
     modules = attention_modules(masked)
     n = min(args.check_batch, src.size(0))
-    sample = make_sample(src, n)
+    sample = bench_common.source_sample(src[:n])
     d = task.target_dictionary
     results = OrderedDict()
     for name, v in variants.items():
@@ -360,110 +287,38 @@ def equivalence_check(full, variants, task, src, args):
     return results
 
 
-_LIBC = None
-
-
-def _trim():
-    global _LIBC
-    gc.collect()
-    try:
-        if _LIBC is None:
-            _LIBC = ctypes.CDLL("libc.so.6")
-        _LIBC.malloc_trim(0)
-    except OSError:
-        pass
-
-
-def _proc_status(field):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024.0
-    return None
-
-
-class PeakMemory:
-    """Peak memory a block adds (MB): CPU: VmHWM (reset via /proc/self/clear_refs) - VmRSS before."""
-
-    def __init__(self, cuda):
-        self.cuda, self.mb = cuda, None
-
-    def __enter__(self):
-        import torch
-
-        _trim()
-        if self.cuda:
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            self.base = torch.cuda.memory_allocated()
-            return self
-        try:
-            with open("/proc/self/clear_refs", "w") as f:
-                f.write("5")  # reset the peak RSS to the current RSS (Linux >= 4.0)
-            self.base = _proc_status("VmRSS")
-        except OSError:
-            self.base = None
-        return self
-
-    def __exit__(self, *exc):
-        import torch
-
-        if self.cuda:
-            torch.cuda.synchronize()
-            self.mb = (torch.cuda.max_memory_allocated() - self.base) / 2**20
-        elif self.base is not None:
-            peak = _proc_status("VmHWM")
-            self.mb = None if peak is None else peak - self.base
-        return False
-
-
 def time_batch_size(variants, task, src, B, args):
     """Warm-up (with memory) then interleaved timed rounds, for one batch size."""
     import torch
 
     cuda = args.device == "cuda"
-    sample = make_sample(src, B)
+    sample = bench_common.source_sample(src[:B])
     gens = {name: make_generator(v["model"], task, args) for name, v in variants.items()}
     res = OrderedDict()
-
-    def timed(fn):
-        return bench_common.timed(fn, cuda)[0]
-
     for name, v in variants.items():
-        r = res[name] = {"wall_times_s": [], "cpu_times_s": [], "enc_wall_s": [], "enc_cpu_s": [], "decode_mb": None}
         for _ in range(max(1, args.warmup)):
             hypos = gens[name].generate([v["model"]], sample)
-        r["out_lengths"] = sorted({len(h["tokens"]) for hs in hypos for h in hs})
+        res[name] = {"decode_mb": None, "out_lengths": bench_common.out_lengths(hypos)}
         del hypos
     if not args.no_memory:
         # after every variant's warm-up: the process's first big generate costs the allocator extra (~8%)
         for name, v in variants.items():
-            with PeakMemory(cuda) as mem:
+            with bench_common.PeakMemory(cuda) as mem:
                 gens[name].generate([v["model"]], sample)
             res[name]["decode_mb"] = mem.mb
-    names = list(variants)
     with torch.no_grad():
-        for k in range(args.repeats):
-            order = names[k % len(names):] + names[:k % len(names)]
-            for name in order:
-                model, r = variants[name]["model"], res[name]
-                w, c = timed(lambda: gens[name].generate([model], sample))
-                r["wall_times_s"].append(w)
-                r["cpu_times_s"].append(c)
-                w, c = timed(lambda: model.encoder.forward_torchscript(sample["net_input"]))
-                r["enc_wall_s"].append(w)
-                r["enc_cpu_s"].append(c)
-    for r in res.values():
-        r["times_s"] = r["cpu_times_s"] if args.clock == "cpu" else r["wall_times_s"]
-        r["time_s"] = statistics.median(r["times_s"])
-        r["wall_s"], r["cpu_s"] = statistics.median(r["wall_times_s"]), statistics.median(r["cpu_times_s"])
-        r["enc_s"] = statistics.median(r["enc_cpu_s"] if args.clock == "cpu" else r["enc_wall_s"])
+        rounds = bench_common.time_rounds(
+            {n: (lambda n=n: gens[n].generate([variants[n]["model"]], sample)) for n in variants}, args.repeats, cuda,
+            then={n: (lambda n=n: variants[n]["model"].encoder.forward_torchscript(sample["net_input"]))
+                  for n in variants})
+    for name, r in res.items():
+        r.update(bench_common.clock_medians(rounds[name], args.clock))
+        r["enc_wall_s"], r["enc_cpu_s"] = rounds[name]["then_wall"], rounds[name]["then_cpu"]
+        r["enc_s"] = bench_common.clock_medians(rounds[name], args.clock, "then_")["time_s"]
         r["sent_per_s"] = B / r["time_s"]
     for name, r in res.items():
         for ref in ("full-stock", "full-same-path"):
-            t = res[ref]
-            r[f"vs_{ref}"] = t["time_s"] / r["time_s"]
-            r[f"vs_{ref}_paired"] = statistics.median(a / b for a, b in zip(t["times_s"], r["times_s"]))
+            r[f"vs_{ref}"], r[f"vs_{ref}_paired"] = bench_common.speedup(res[ref], r)
     if "pruned-100%" in res:  # attention's share of the decoding time, and the linear bound
         share = max(0.0, 1.0 - res["pruned-100%"]["time_s"] / res["full-same-path"]["time_s"])
         for name, r in res.items():
@@ -477,21 +332,9 @@ def time_batch_size(variants, task, src, B, args):
 # report
 # ---------------------------------------------------------------------------------------------
 
-def pct(x):
-    return "-" if x is None else f"{x - 1:+.1%}"
-
-
-def print_report(args, variants, checks, rows, meta):
-    print()
-    print(f"Head pruning decoding benchmark: {meta['model']}")
-    print(f"device {meta['device']}, torch threads {meta['threads']}, beam {args.beam}, source {args.src_len} "
-          f"tokens, output forced to {args.out_len} tokens + EOS; median of {args.repeats} interleaved rounds "
-          f"after {args.warmup} warm-up; clock: {args.clock}; selection: {args.selection}")
-    print()
-    hdr = (f"{'variant':<22} {'heads kept':>11} {'removed':>7} {'params':>11} {'attn params':>11} "
-           f"{'model MB':>8}  per layer kept (enc | dec | encdec)")
-    print(hdr)
-    print("-" * len(hdr))
+def print_variants(variants, checks):
+    print_header(f"{'variant':<22} {'heads kept':>11} {'removed':>7} {'params':>11} {'attn params':>11} "
+                 f"{'model MB':>8}  per layer kept (enc | dec | encdec)")
     for name, v in variants.items():
         per = "all" if v["kept_per_layer"] is None else " | ".join(
             ",".join(map(str, v["kept_per_layer"][t])) for t in TYPES)
@@ -506,12 +349,12 @@ def print_report(args, variants, checks, rows, meta):
               f"{c['max_lprob_diff']:.1e}: {'PASS' if c['passed'] else 'FAIL'}")
     all_ok = all(c["passed"] for c in checks.values())
     print(f"equivalence check: {'PASS' if all_ok else 'FAIL'}")
-    print()
-    mem_name = "decode MB"
-    hdr = (f"{'batch':>5} {'variant':<22} {'wall s':>8} {'cpu s':>8} {'enc s':>7} {'sent/s':>8} "
-           f"{'vs stock':>8} {'(paired)':>8} {'vs same-path':>12} {'(paired)':>8} {'lin. bound':>10} {mem_name:>9}")
-    print(hdr)
-    print("-" * len(hdr))
+
+
+def print_times(args, rows):
+    print_header(f"{'batch':>5} {'variant':<22} {'wall s':>8} {'cpu s':>8} {'enc s':>7} {'sent/s':>8} "
+                 f"{'vs stock':>8} {'(paired)':>8} {'vs same-path':>12} {'(paired)':>8} {'lin. bound':>10} "
+                 f"{'decode MB':>9}")
     for B, res in rows.items():
         for name, r in res.items():
             print(f"{B:>5} {name:<22} {r['wall_s']:>8.3f} {r['cpu_s']:>8.3f} {r['enc_s']:>7.3f} "
@@ -531,10 +374,26 @@ def print_report(args, variants, checks, rows, meta):
     print("decode MB: peak memory one untimed generate added, after the warm-ups (CPU: peak RSS increase;")
     print("  CUDA: allocated); model MB: the parameters.")
     print("The weights are random: speed depends on the shapes only (same forced output length for all variants).")
+    print(bench_common.noise_line({f"{name} vs full-same-path, batch {B}": (res["full-same-path"]["times_s"],
+                                                                              r["times_s"])
+                                   for B, res in rows.items() for name, r in res.items() if name != "full-same-path"}))
+
+
+def print_report(args, variants, checks, rows, meta):
+    print()
+    print(f"Head pruning decoding benchmark: {meta['model']}")
+    print(f"device {meta['device']}, torch threads {meta['threads']}, beam {args.beam}, source {args.src_len} "
+          f"tokens, output forced to {args.out_len} tokens + EOS; median of {args.repeats} interleaved rounds "
+          f"after {args.warmup} warm-up; clock: {args.clock}; selection: {args.selection}")
+    print()
+    print_variants(variants, checks)
+    print()
+    print_times(args, rows)
     targets = [(B, res[n]) for B, res in rows.items() if B >= 16 for n in res if n == "pruned-50%"]
     if targets:
         print()
-        print(f"paper 003 Table 4 (BERT, GPU): +{PAPER_TARGET:.1%} examples/s with 50% of the heads pruned, batch >= 16.")
+        print(f"Michel et al. 2019, Table 4 (BERT, GPU): +{PAPER_TARGET:.1%} examples/s with 50% of the heads "
+              f"pruned, batch >= 16.")
         for B, r in targets:
             ok = r["vs_full-same-path"] >= 1 + PAPER_TARGET
             ok_stock = r["vs_full-stock"] >= 1 + PAPER_TARGET
@@ -547,27 +406,18 @@ def print_report(args, variants, checks, rows, meta):
 
 def main(argv=None):
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    t_start = time.time()
-    loadavg_before = "%.2f %.2f %.2f" % os.getloadavg()
-    cores = len(os.sched_getaffinity(0))
-    if args.device == "cpu" and args.clock == "wall" and os.getloadavg()[0] > 0.5 * cores:
-        print(f"warning: this machine is busy (load average {os.getloadavg()[0]:.1f} on {cores} cores): wall-clock "
-              f"timings can be noisy; consider --clock cpu (with --threads 1)", flush=True)
-    sys.path.insert(0, REPO)
+    started = bench_common.start(args)
     torch = bench_common.init_torch(args)
     L, D, H, F, V = args.layers, args.dim, args.heads, args.ffn, args.vocab
     model_desc = (f"random fairseq transformer {L}+{L} layers, dim {D}, {H} heads, FFN {F}, vocab {V} "
                   f"(--size {args.size})")
     print(f"building {model_desc} and its pruned variants ...", flush=True)
     with tempfile.TemporaryDirectory(prefix="head_pruning_bench_") as workdir:
-        full, task = build_full_model(args, workdir)
+        full, task, _ = bench_common.build_random_model(args, workdir, ["--arch", "transformer"])
+    full.eval()
     variants = make_variants(full, args)
-    d = task.source_dictionary
-    g = torch.Generator().manual_seed(args.seed + 12345)
-    src = torch.randint(d.nspecial, len(d), (max(args.batch_list + [args.check_batch]), args.src_len), generator=g)
-    src[:, -1] = d.eos()
-    src = src.to(args.torch_device)
+    src = bench_common.random_sources(task.source_dictionary, max(args.batch_list + [args.check_batch]),
+                                      args.src_len, args.seed + 12345).to(args.torch_device)
     print("equivalence check ...", flush=True)
     checks = equivalence_check(full, variants, task, src, args)
     rows = OrderedDict()
@@ -576,29 +426,19 @@ def main(argv=None):
         t0 = time.time()
         rows[B] = time_batch_size(variants, task, src, B, args)
         for name, r in rows[B].items():
-            print(f"  {name:>22}: {r['time_s']:.3f} s (rounds: {', '.join(f'{t:.3f}' for t in r['times_s'])})",
-                  flush=True)
+            bench_common.print_rounds(name, r, 22)
             if r["out_lengths"] != [args.out_len + 1]:
                 raise SystemExit(f"{name}: output lengths {r['out_lengths']}, expected {args.out_len + 1}")
         print(f"  ({time.time() - t0:.0f} s)", flush=True)
-    meta = {"model": model_desc, "device": args.device + (" fp16" if args.fp16 else "")
-            + (f" ({torch.cuda.get_device_name()})" if args.device == "cuda" else ""),
-            "threads": torch.get_num_threads(), "loadavg_before": loadavg_before,
-            "loadavg_after": "%.2f %.2f %.2f" % os.getloadavg(), "torch": torch.__version__}
+    meta = {"model": model_desc, **bench_common.machine_facts(args, started)}
     print_report(args, variants, checks, rows, meta)
-    meta["elapsed_s"] = time.time() - t_start
-    print(f"total time {meta['elapsed_s']:.0f} s")
-    if args.json:
-        settings = {k: v for k, v in vars(args).items() if k != "torch_device"}
-        out = {"settings": settings, "meta": meta, "equivalence": checks,
-               "variants": {n: {k: v for k, v in var.items() if k not in ("model", "keep")}
-                            | {"kept_heads": None if var["keep"] is None else
-                               {f"{t}.{i}": h for (t, i), h in var["keep"].items()}}
-                            for n, var in variants.items()},
-               "rows": {str(B): res for B, res in rows.items()}}
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
-        print(f"results written to {args.json}")
+    bench_common.finish(args, started, meta, {
+        "equivalence": checks,
+        "variants": {n: {k: v for k, v in var.items() if k not in ("model", "keep")}
+                     | {"kept_heads": None if var["keep"] is None else
+                        {f"{t}.{i}": h for (t, i), h in var["keep"].items()}}
+                     for n, var in variants.items()},
+        "rows": {str(B): res for B, res in rows.items()}})
     return 0 if all(c["passed"] for c in checks.values()) else 1
 
 

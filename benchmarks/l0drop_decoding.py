@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Decoding speed of L0Drop's pruned decoding, side by side in one run (paper 000, Table 1).
+"""Decoding speed of L0Drop's pruned decoding, side by side in one run (Zhang, Titov & Sennrich 2021, Table 1).
 
 Three variants decode the same inputs with fairseq's SequenceGenerator (beam search):
 
@@ -29,11 +29,12 @@ With ``--path CKPT --data DIR`` the sources are the ``--gen-subset`` sentences o
 and cut into pieces of the benchmark lengths (random tokens if that subset is missing), and the
 sparsity is whatever the checkpoint's gates give.
 
-Timing: for each source length one fresh subprocess loads all variants (and the unpruned model on
-the short source, below), runs one warm-up generate per variant (whose hypotheses are the ones
-compared), then ``--repeats`` rounds that time one generate per variant, in an order rotated every
-round, so that load changes on a shared machine hit all variants alike; the median per variant is
-reported, and pruned/unpruned also as the median of per-round ratios ("paired"). The clock is the
+Timing (the rules of benchmarks/bench_common.py): for each source length one fresh subprocess loads
+all variants (and the unpruned model on the short source, below), runs ``--warmup`` generates per
+variant (whose hypotheses are the ones compared), then ``--repeats`` interleaved rounds that time one
+generate per variant, in an order rotated every round, so that load changes on a shared machine hit
+all variants alike; the median per variant is reported, pruned/unpruned also as the median of
+per-round ratios ("paired"), and the spread of the per-round ratios as the run's noise. The clock is the
 wall clock (CUDA synchronised), or with ``--clock cpu`` the process's CPU time, which is steadier
 when other jobs share the cores (use it with ``--threads 1``: with more threads, waiting threads'
 spinning counts too). Memory: on CPU, one fresh subprocess per variant and length loads the model
@@ -60,12 +61,10 @@ Usage:
   python benchmarks/l0drop_decoding.py --path ckpt.pt --data data-bin --json out.json
 """
 import argparse
+import gc
 import json
 import math
 import os
-import resource
-import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -73,10 +72,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_common  # noqa: E402
-from bench_common import fmt, quiet  # noqa: E402
+from bench_common import fmt, print_header  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-USER_DIR = os.path.join(REPO, "fairseq_sparse")
 VARIANTS = ("stock", "unpruned", "pruned")
 LOG_11 = math.log(11.0)  # HardConcrete with gamma=-0.1, zeta=1.1: g_hat = 0 iff log alpha <= -log 11
 
@@ -89,75 +86,62 @@ def parse_args(argv=None):
     p.add_argument("--lengths", default="25,400,800", help="source lengths in tokens, EOS included (comma list)")
     p.add_argument("--short-len", type=int, default=8, help="very short source used to estimate the Amdahl share")
     p.add_argument("--batch-size", type=int, default=10)
-    p.add_argument("--beam", type=int, default=4)
     p.add_argument("--out-len", type=int, default=60, help="forced output length (tokens before EOS)")
-    p.add_argument("--repeats", type=int, default=3, help="timed generates per measurement (median reported)")
-    p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--sparsity", type=float, default=0.7, help="random model only: fraction of source states pruned")
-    p.add_argument("--layers", type=int, default=6, help="random model: encoder and decoder layers")
-    p.add_argument("--dim", type=int, default=512, help="random model: embedding dim")
-    p.add_argument("--heads", type=int, default=8, help="random model: attention heads")
-    p.add_argument("--ffn", type=int, default=2048, help="random model: FFN dim")
-    p.add_argument("--vocab", type=int, default=8000, help="random model: joined vocabulary size")
-    p.add_argument("--seed", type=int, default=1)
+    bench_common.add_size_args(p, help_prefix="random model: ")
     p.add_argument("--variants", default=",".join(VARIANTS), help="which variants to run (comma list)")
     p.add_argument("--cpu", action="store_true", help="decode on CPU (the default device)")
-    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    p.add_argument("--fp16", action="store_true", help="CUDA only: decode in half precision")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
-    p.add_argument("--clock", default="wall", choices=["wall", "cpu"],
-                   help="time that the ratios and bounds use: wall clock (default), or the process's CPU time "
-                        "(CPU only; steadier on a shared, loaded machine, best with --threads 1)")
+    bench_common.add_run_args(p, repeats=3, threads=0)
     p.add_argument("--quick", action="store_true",
                    help="small and fast (about 2.5 minutes on 2 cores): lengths 25,400, batch 5, out-len 30, 2 repeats")
-    p.add_argument("--json", help="write all results here")
-    p.add_argument("--no-memory", action="store_true", help="CPU: skip the peak-memory subprocesses")
     p.add_argument("--workdir", help="keep the random checkpoint and child outputs here (default: a temp dir)")
     p.add_argument("--_child", help=argparse.SUPPRESS)  # internal: JSON spec of one measurement
     args = p.parse_args(argv)
     if args.cpu:
         args.device = "cpu"
-    if args.fp16 and args.device != "cuda":
-        p.error("--fp16 needs --device cuda")
-    if args.clock == "cpu" and args.device != "cpu":
-        p.error("--clock cpu is for CPU decoding")
+    if args.quick:
+        bench_common.apply_quick(args, {"batch_size": 5, "out_len": 30, "repeats": 2},
+                                 {"lengths": ("25,400,800", "25,400")})
+    if args._child is None:
+        check_args(p, args)
+    return args
+
+
+def check_args(p, args):
+    """Everything the run needs, checked before anything is built or timed."""
+    from fairseq_sparse.cli.common import ToolError, check_checkpoint_file, check_data_dir
+
+    bench_common.check_size_args(p, args)
+    bench_common.check_run_args(p, args)
     if (args.path is None) != (args.data is None):
         p.error("--path and --data go together")
-    if args.quick:
-        if args.lengths == "25,400,800":
-            args.lengths = "25,400"
-        args.batch_size, args.out_len = min(args.batch_size, 5), min(args.out_len, 30)
-        args.repeats = min(args.repeats, 2)
-    return args
+    try:
+        if args.path:
+            check_checkpoint_file(args.path)
+            check_data_dir(args.data, "--data")
+    except ToolError as e:
+        p.error(str(e))
+    high = None if args.path else bench_common.MAX_POSITIONS  # a checkpoint's own limit shows when it loads
+    args._length_list = bench_common.int_list(p, "--lengths", args.lengths, low=2)
+    for n in args._length_list:
+        bench_common.check_range(p, "--lengths", n, 2, high)
+    bench_common.check_range(p, "--short-len", args.short_len, 2, high)
+    bench_common.check_range(p, "--batch-size", args.batch_size, 1, None)
+    bench_common.check_range(p, "--out-len", args.out_len, 1, bench_common.MAX_POSITIONS - 1)
+    if not 0 <= args.sparsity < 1:
+        p.error(f"--sparsity {args.sparsity}: must lie in [0, 1)")
+    asked = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in asked if v not in VARIANTS]
+    if unknown or not asked:
+        p.error(f"--variants: unknown or none: {', '.join(unknown) or repr(args.variants)} "
+                f"(choose from {', '.join(VARIANTS)})")
+    if args.workdir and os.path.exists(args.workdir) and not os.path.isdir(args.workdir):
+        p.error(f"--workdir exists and is not a directory: {args.workdir}")
 
 
 # ---------------------------------------------------------------------------------------------
 # model building and loading (runs in the parent for the random model, in children to decode)
 # ---------------------------------------------------------------------------------------------
-
-def import_plugin():
-    sys.path.insert(0, REPO)
-    import fairseq_sparse  # noqa: F401  (registers transformer_l0drop, allowlists checkpoint classes)
-
-
-def write_dummy_data(data_dir, vocab):
-    """A joined dictionary of `vocab` entries (fairseq's 4 specials + dummy words)."""
-    os.makedirs(data_dir, exist_ok=True)
-    for lang in ("src", "tgt"):
-        with open(os.path.join(data_dir, f"dict.{lang}.txt"), "w") as f:
-            for i in range(vocab - 4):
-                f.write(f"w{i} {vocab - i}\n")
-
-
-def random_sources(dictionary, batch, length, seed):
-    """batch x length token ids (random words, EOS last), as fairseq's translation task makes them."""
-    import torch
-
-    g = torch.Generator().manual_seed(seed)
-    src = torch.randint(dictionary.nspecial, len(dictionary), (batch, length), generator=g)
-    src[:, -1] = dictionary.eos()
-    return src
-
 
 def build_random_checkpoints(args, workdir, lengths):
     """Build transformer_l0drop with random weights and save one checkpoint per source length, whose
@@ -167,35 +151,20 @@ def build_random_checkpoints(args, workdir, lengths):
     length (random attention averages over more states), e.g. 10% vs 68% closed at 25 vs 400 tokens.
     Each length's bias is calibrated on its own batch of random sources (not the benchmark batch)."""
     import torch
-    from fairseq import options, tasks
 
-    import_plugin()
     data_dir = os.path.join(workdir, "data")
-    write_dummy_data(data_dir, args.vocab)
-    L, D, H, F = args.layers, args.dim, args.heads, args.ffn
-    parser = options.get_training_parser()
-    cmd = [data_dir, "--user-dir", USER_DIR, "--task", "translation", "-s", "src", "-t", "tgt",
-           "--arch", "transformer_l0drop", "--share-all-embeddings", "--seed", str(args.seed),
-           "--encoder-layers", str(L), "--decoder-layers", str(L),
-           "--encoder-embed-dim", str(D), "--decoder-embed-dim", str(D),
-           "--encoder-ffn-embed-dim", str(F), "--decoder-ffn-embed-dim", str(F),
-           "--encoder-attention-heads", str(H), "--decoder-attention-heads", str(H),
-           "--max-source-positions", "1024", "--max-target-positions", "1024"]
-    margs = options.parse_args_and_arch(parser, cmd)
-    torch.manual_seed(args.seed)
-    task = tasks.setup_task(margs)
-    model = task.build_model(margs).eval()
+    model, task, margs = bench_common.build_random_model(args, data_dir, ["--arch", "transformer_l0drop"])
+    model.eval()
     d = task.source_dictionary
-    assert len(d) == args.vocab, (len(d), args.vocab)
     enc = model.encoder
     proj = enc.l0drop.log_alpha_proj
-    w = torch.randn(D, generator=torch.Generator().manual_seed(args.seed + 1))  # the gate's direction
+    w = torch.randn(args.dim, generator=torch.Generator().manual_seed(args.seed + 1))  # the gate's direction
     history = [{"criterion_name": "CrossEntropyCriterion", "optimizer_name": "none",
                 "lr_scheduler_state": {"best": None}, "num_updates": 0}]
     paths = {}
     for n in lengths:
         B = max(10, args.batch_size)
-        calib = random_sources(d, B, n, seed=args.seed + 7919 * n + 1)  # not the benchmark batch
+        calib = bench_common.random_sources(d, B, n, args.seed + 7919 * n + 1)  # not the benchmark batch
         with torch.no_grad():
             enc.l0drop.reset_parameters()  # w = 0, b = 3: all gates open, the gated states are the raw ones
             enc.pruned_decoding = False
@@ -218,7 +187,6 @@ def load_models(path, data, variant, device, fp16):
     from fairseq.models.transformer import TransformerModel
     from omegaconf import OmegaConf
 
-    import_plugin()
     overrides = {"data": data, "pruned_decoding": variant == "pruned"}
     models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides=overrides)
     model = models[0]
@@ -249,7 +217,7 @@ def make_sources(task, cfg, length, batch, subset, seed):
     except Exception:
         ds = None
     if ds is None or len(ds) == 0:
-        return random_sources(d, batch, length, seed), "random tokens"
+        return bench_common.random_sources(d, batch, length, seed), "random tokens"
     need, stream, i = batch * (length - 1), [], 0
     while sum(t.numel() for t in stream) < need:
         t = ds[i % len(ds)]
@@ -260,39 +228,51 @@ def make_sources(task, cfg, length, batch, subset, seed):
     return src, f"{subset} sentences, concatenated"
 
 
-def rss_mb():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
 # ---------------------------------------------------------------------------------------------
 # one measurement (a child process)
 # ---------------------------------------------------------------------------------------------
 
+def child_torch(spec, device):
+    """Quiet logs, the plugin, the parent's --threads, in a measuring child. Returns torch."""
+    return bench_common.init_torch(argparse.Namespace(threads=spec["threads"], device=device))
+
+
 def make_sample(task, cfg, spec, length, device):
+    src, kind = make_sources(task, cfg, length, spec["batch_size"], spec["gen_subset"], seed=spec["seed"] + length)
+    return bench_common.source_sample(src.to(device)), kind
+
+
+def warm_up(name, model, sample, gen, spec, cuda, pad):
+    """A job's facts and its warm-up generates (whose hypotheses are the ones compared)."""
     import torch
 
-    B = spec["batch_size"]
-    src, kind = make_sources(task, cfg, length, B, spec["gen_subset"], seed=spec["seed"] + length)
-    sample = {"id": torch.arange(B, device=device), "net_input": {"src_tokens": src.to(device),
-                                                   "src_lengths": torch.full((B,), length, device=device)}}
-    return sample, kind
+    with torch.no_grad():
+        enc_out = model.encoder.forward_torchscript(sample["net_input"])
+    src = sample["net_input"]["src_tokens"]
+    r = {"length": src.size(1), "memory_len": enc_out["encoder_out"][0].size(0)}  # T' (pruned) or N
+    if "l0drop_gates" in enc_out and name != "short":
+        gates, padded = enc_out["l0drop_gates"][0], src.eq(pad)
+        r["sparsity"] = ((gates == 0) & ~padded).sum().item() / (~padded).sum().item()
+    with bench_common.PeakMemory(cuda) as mem:
+        for _ in range(max(1, spec["warmup"])):
+            hypos = gen.generate([model], sample)
+    if cuda:
+        r["cuda_peak_mb"] = mem.peak_mb
+    r["hypos"] = [[h["tokens"].tolist() for h in hs] for hs in hypos]
+    r["scores"] = [[float(h["score"]) for h in hs] for hs in hypos]
+    r["out_lengths"] = bench_common.out_lengths(hypos)
+    return r
 
 
 def measure_times(spec):
     """Timing child: all variants of one source length (plus the unpruned model on the short source)
     loaded in one process and timed in interleaved rounds, so that load changes on a shared machine
     hit all of them alike."""
-    import torch
-    from fairseq.sequence_generator import SequenceGenerator
-
-    quiet()
-    if spec["threads"]:
-        torch.set_num_threads(spec["threads"])
+    torch = child_torch(spec, spec["device"])
     device = torch.device(spec["device"])
     cuda = device.type == "cuda"
     L = spec["length"]
-    jobs = {}  # name -> (model, sample, generator)
+    jobs = {}  # name -> (model, sample)
     source_kind = None
     for v in spec["variants"]:
         model, task, cfg = load_models(spec["path"], spec["data"], v, device, spec["fp16"])
@@ -300,56 +280,22 @@ def measure_times(spec):
         jobs[v] = (model, sample)
         if v == "unpruned" and spec.get("short_len"):
             jobs["short"] = (model, make_sample(task, cfg, spec, spec["short_len"], device)[0])
-    gen_task = task
-
-    def timed(fn):
-        return bench_common.timed(fn, cuda)
-
-    res = {"length": L, "source": source_kind, "threads": torch.get_num_threads(), "jobs": {}}
-    if cuda:
-        res["gpu"] = torch.cuda.get_device_name()
-    generators = {}
-    for name, (model, sample) in jobs.items():
-        r = res["jobs"][name] = {"times_s": [], "cpu_times_s": [], "encoder_times_s": []}
-        with torch.no_grad():
-            enc_out = model.encoder.forward_torchscript(sample["net_input"])
-        src = sample["net_input"]["src_tokens"]
-        r["length"] = src.size(1)
-        r["memory_len"] = enc_out["encoder_out"][0].size(0)  # T' (pruned) or N
-        if "l0drop_gates" in enc_out and name != "short":
-            gates, pad = enc_out["l0drop_gates"][0], src.eq(gen_task.source_dictionary.pad())
-            r["sparsity"] = ((gates == 0) & ~pad).sum().item() / (~pad).sum().item()
-        generators[name] = SequenceGenerator([model], gen_task.target_dictionary, beam_size=spec["beam"],
-                                             max_len_a=0, max_len_b=spec["out_len"], min_len=spec["out_len"])
-        if cuda:
-            torch.cuda.reset_peak_memory_stats()
-        for _ in range(max(1, spec["warmup"])):  # warm-up; its hypotheses are the ones compared
-            hypos = generators[name].generate([model], sample)
-        if cuda:
-            r["cuda_peak_mb"] = torch.cuda.max_memory_allocated() / 2**20
-        r["hypos"] = [[h["tokens"].tolist() for h in hs] for hs in hypos]
-        r["scores"] = [[float(h["score"]) for h in hs] for hs in hypos]
-        r["out_lengths"] = sorted({len(h["tokens"]) for hs in hypos for h in hs})
-    names = list(jobs)
-    for k in range(spec["repeats"]):
-        order = names[k % len(names):] + names[:k % len(names)]  # rotate the order every round
-        for name in order:
-            model, sample = jobs[name]
-            (t, c), _ = timed(lambda: generators[name].generate([model], sample))
-            res["jobs"][name]["times_s"].append(t)
-            res["jobs"][name]["cpu_times_s"].append(c)
-            if name in ("unpruned", "short"):  # the encoder alone, for share_dec (same encoder in all variants)
-                with torch.no_grad():
-                    (t, c), _ = timed(lambda: model.encoder.forward_torchscript(sample["net_input"]))
-                res["jobs"][name]["encoder_times_s"].append(c if spec["clock"] == "cpu" else t)
-    for r in res["jobs"].values():
-        r["wall_s"] = statistics.median(r["times_s"])
-        r["cpu_s"] = statistics.median(r["cpu_times_s"])
-        r["wall_times_s"] = r["times_s"]
-        if spec["clock"] == "cpu":  # ratios and bounds from the process CPU time
-            r["times_s"] = r["cpu_times_s"]
-        r["time_s"] = statistics.median(r["times_s"])
-        r["encoder_s"] = statistics.median(r["encoder_times_s"]) if r["encoder_times_s"] else None
+    gens = {name: bench_common.forced_generator(model, task.target_dictionary, spec["beam"], spec["out_len"])
+            for name, (model, _) in jobs.items()}
+    res = {"length": L, "source": source_kind, "threads": torch.get_num_threads(),
+           "jobs": {name: warm_up(name, model, sample, gens[name], spec, cuda, task.source_dictionary.pad())
+                    for name, (model, sample) in jobs.items()}}
+    with torch.no_grad():
+        rounds = bench_common.time_rounds(
+            {name: (lambda name=name: gens[name].generate([jobs[name][0]], jobs[name][1])) for name in jobs},
+            spec["repeats"], cuda,
+            # the encoder alone, for share_dec (the same encoder in all variants)
+            then={name: (lambda name=name: jobs[name][0].encoder.forward_torchscript(jobs[name][1]["net_input"]))
+                  for name in jobs if name in ("unpruned", "short")})
+    for name, r in res["jobs"].items():
+        r.update(bench_common.clock_medians(rounds[name], spec["clock"]))
+        r["encoder_s"] = (bench_common.clock_medians(rounds[name], spec["clock"], "then_")["time_s"]
+                          if rounds[name]["then_wall"] else None)
         r["sent_per_s"] = spec["batch_size"] / r["time_s"]
     return res
 
@@ -357,22 +303,14 @@ def measure_times(spec):
 def measure_memory(spec):
     """Memory child (CPU): one variant at one length in a fresh process, one generate; reports the
     process's peak RSS (ru_maxrss) and its RSS right after loading the model."""
-    import torch
-    from fairseq.sequence_generator import SequenceGenerator
-
-    quiet()
-    if spec["threads"]:
-        torch.set_num_threads(spec["threads"])
+    torch = child_torch(spec, "cpu")
     model, task, cfg = load_models(spec["path"], spec["data"], spec["variant"], torch.device("cpu"), False)
-    import gc
-
     gc.collect()
-    loaded = rss_mb()
+    loaded = bench_common.proc_status_mb("VmRSS")
     sample, _ = make_sample(task, cfg, spec, spec["length"], torch.device("cpu"))
-    gen = SequenceGenerator([model], task.target_dictionary, beam_size=spec["beam"], max_len_a=0,
-                            max_len_b=spec["out_len"], min_len=spec["out_len"])
+    gen = bench_common.forced_generator(model, task.target_dictionary, spec["beam"], spec["out_len"])
     gen.generate([model], sample)
-    return {"rss_loaded_mb": loaded, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    return {"rss_loaded_mb": loaded, "peak_rss_mb": bench_common.peak_rss_mb()}
 
 
 def run_child(args, mode, workdir, **spec):
@@ -413,9 +351,8 @@ def summarise(timing, memory):
             row["sparsity"] = p["sparsity"]
             row["memory_shrink"] = 1.0 - p["memory_len"] / L
         if p and u:
-            row["speedup_vs_unpruned"] = u["time_s"] / p["time_s"]
-            # the same ratio taken round by round (paired), then the median: robust to load drift
-            row["speedup_vs_unpruned_paired"] = statistics.median(a / b for a, b in zip(u["times_s"], p["times_s"]))
+            # also taken round by round (paired), then the median: robust to load drift
+            row["speedup_vs_unpruned"], row["speedup_vs_unpruned_paired"] = bench_common.speedup(u, p)
             row["identical_hypotheses"] = p["hypos"] == u["hypos"]
             row["max_score_diff"] = max(abs(a - b) for x, y in zip(p["scores"], u["scores"]) for a, b in zip(x, y))
         if p and s:
@@ -447,10 +384,8 @@ def print_report(args, rows, meta):
           f"{args.warmup} warm-up; sources: {meta['source']}")
     print()
     mem_name = "CUDA peak MB" if cuda else "peak RSS MB (after load)"
-    hdr = (f"{'src len':>7} {'variant':>9} {'wall s':>8} {'cpu s':>8} {'sent/s':>7} {'enc s':>6} {'mem len':>7} {'sparsity':>8}"
-           f"  {mem_name}")
-    print(hdr)
-    print("-" * len(hdr))
+    print_header(f"{'src len':>7} {'variant':>9} {'wall s':>8} {'cpu s':>8} {'sent/s':>7} {'enc s':>6} {'mem len':>7} "
+                 f"{'sparsity':>8}  {mem_name}")
     for row in rows:
         for v in VARIANTS + ("short",):
             r = row.get(v)
@@ -466,10 +401,8 @@ def print_report(args, rows, meta):
             print(f"{r['length']:>7} {name:>9} {r['wall_s']:>8.3f} {r['cpu_s']:>8.3f} {r['sent_per_s']:>7.2f} {fmt(r['encoder_s'], '{:.3f}'):>6} "
                   f"{r['memory_len']:>7} {fmt(r.get('sparsity'), '{:.1%}'):>8}  {mem}{note}")
     print()
-    hdr = (f"{'src len':>7} {'sparsity':>8} {'mem shrink':>10} {'pruned/unpruned':>15} {'(paired)':>8} "
-           f"{'pruned/stock':>12} {'unpruned/stock':>14}  identical hypotheses (pruned vs unpruned)")
-    print(hdr)
-    print("-" * len(hdr))
+    print_header(f"{'src len':>7} {'sparsity':>8} {'mem shrink':>10} {'pruned/unpruned':>15} {'(paired)':>8} "
+                 f"{'pruned/stock':>12} {'unpruned/stock':>14}  identical hypotheses (pruned vs unpruned)")
     for row in rows:
         ident = row.get("identical_hypotheses")
         ident = "-" if ident is None else f"{'yes' if ident else 'NO'} (max score diff {row['max_score_diff']:.1e})"
@@ -477,10 +410,8 @@ def print_report(args, rows, meta):
               f"{fmt(row.get('speedup_vs_unpruned'), '{:.2f}x'):>15} {fmt(row.get('speedup_vs_unpruned_paired'), '{:.2f}x'):>8} "
               f"{fmt(row.get('speedup_vs_stock'), '{:.2f}x'):>12} {fmt(row.get('unpruned_vs_stock'), '{:.2f}x'):>14}  {ident}")
     print()
-    hdr = (f"{'src len':>7} {'pruned/unpruned':>15} | {'share':>6} {'bound':>6} {'reached':>7} {'gain':>5} | "
-           f"{'share_dec':>9} {'bound_dec':>9} {'reached':>7} {'gain':>5}")
-    print(hdr)
-    print("-" * len(hdr))
+    print_header(f"{'src len':>7} {'pruned/unpruned':>15} | {'share':>6} {'bound':>6} {'reached':>7} {'gain':>5} | "
+                 f"{'share_dec':>9} {'bound_dec':>9} {'reached':>7} {'gain':>5}")
     for row in rows:
         print(f"{row['length']:>7} {fmt(row.get('speedup_vs_unpruned'), '{:.2f}x'):>15} | "
               f"{fmt(row.get('share'), '{:.0%}'):>6} {fmt(row.get('bound'), '{:.2f}x'):>6} "
@@ -499,6 +430,9 @@ def print_report(args, rows, meta):
     if not cuda and not args.no_memory:
         print("peak RSS: ru_maxrss of a fresh process that loads one model and runs one generate (model + torch +"
               " decoding); after load: its RSS before decoding.")
+    print(bench_common.noise_line({f"{v} vs {base}, {row['length']} tokens": (row[base]["times_s"], row[v]["times_s"])
+                                   for row in rows for v, base in (("pruned", "unpruned"), ("pruned", "stock"))
+                                   if v in row and base in row}))
     print(f"load average before / after: {meta['loadavg_before']} / {meta['loadavg_after']}")
 
 
@@ -510,16 +444,9 @@ def main(argv=None):
         with open(spec["out"], "w") as f:
             json.dump(res, f)
         return
-    # a SIGTERM ends the run like Ctrl-C: subprocess.run then kills the measuring child too
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    t_start = time.time()
-    loadavg_before = "%.2f %.2f %.2f" % os.getloadavg()
-    cores = len(os.sched_getaffinity(0))
-    if args.device == "cpu" and args.clock == "wall" and os.getloadavg()[0] > 0.5 * cores:
-        print(f"warning: this machine is busy (load average {os.getloadavg()[0]:.1f} on {cores} cores): wall-clock "
-              f"timings with several threads can be off by a factor of several here; consider --threads 1 --clock cpu",
-              flush=True)
-    lengths = [int(x) for x in args.lengths.split(",")]
+    started = bench_common.start(args)
+    bench_common.init_torch(args)
+    lengths = args._length_list
     variants = [v for v in VARIANTS if v in args.variants.split(",")]
     tmp = None
     if args.workdir:
@@ -533,13 +460,11 @@ def main(argv=None):
         data = os.path.abspath(args.data)
         model_desc = f"checkpoint {args.path}"
     else:
-        print(f"building a random transformer_l0drop ({args.layers}+{args.layers} layers, dim {args.dim}, "
-              f"{args.heads} heads, FFN {args.ffn}, vocab {args.vocab}); gates set for {args.sparsity:.0%} "
-              f"sparsity at each source length ...", flush=True)
-        quiet()
-        paths, data = build_random_checkpoints(args, workdir, lengths)
         model_desc = (f"random transformer_l0drop {args.layers}+{args.layers} layers, dim {args.dim}, "
-                      f"{args.heads} heads, FFN {args.ffn}, vocab {args.vocab}, gates set for {args.sparsity:.0%} sparsity")
+                      f"{args.heads} heads, FFN {args.ffn}, vocab {args.vocab}, "
+                      f"gates set for {args.sparsity:.0%} sparsity")
+        print(f"building a {model_desc} at each source length ...", flush=True)
+        paths, data = build_random_checkpoints(args, workdir, lengths)
     short_len = args.short_len if "unpruned" in variants and "pruned" in variants else None
     timing, memory = {}, {}
     for n in lengths:
@@ -549,9 +474,8 @@ def main(argv=None):
         res = timing[n] = run_child(args, "times", workdir, path=paths[n], data=data, length=n,
                                     variants=variants, short_len=short_len)
         for name, r in res["jobs"].items():
-            print(f"  {name:>9}: {r['time_s']:.3f} s (rounds: {', '.join(f'{t:.3f}' for t in r['times_s'])})"
-                  + (f", sparsity {r['sparsity']:.1%}, memory {r['memory_len']} states" if "sparsity" in r else ""),
-                  flush=True)
+            bench_common.print_rounds(name, r, 9, f", sparsity {r['sparsity']:.1%}, memory {r['memory_len']} states"
+                                      if "sparsity" in r else "")
         print(f"  ({time.time() - t0:.0f} s)", flush=True)
     if args.device == "cpu" and not args.no_memory:
         print("peak memory, one fresh process per variant and length ...", flush=True)
@@ -560,21 +484,9 @@ def main(argv=None):
                 memory[(v, n)] = run_child(args, "memory", workdir, path=paths[n], data=data, length=n, variant=v)
     rows = summarise(timing, memory)
     first = next(iter(timing.values()))
-    meta = {"model": model_desc, "device": args.device + (" fp16" if args.fp16 else "")
-            + (f" ({first['gpu']})" if "gpu" in first else ""),
-            "threads": first["threads"], "source": first["source"], "loadavg_before": loadavg_before,
-            "loadavg_after": "%.2f %.2f %.2f" % os.getloadavg()}
+    meta = {"model": model_desc, "source": first["source"], **bench_common.machine_facts(args, started)}
     print_report(args, rows, meta)
-    meta["elapsed_s"] = time.time() - t_start
-    print(f"total time {meta['elapsed_s']:.0f} s")
-    if args.json:
-        for row in rows:
-            for v in VARIANTS + ("short",):
-                row.get(v, {}).pop("hypos", None)
-        with open(args.json, "w") as f:
-            json.dump({"settings": {k: v for k, v in vars(args).items() if not k.startswith("_")}, "meta": meta,
-                       "rows": rows}, f, indent=1)
-        print(f"results written to {args.json}")
+    bench_common.finish(args, started, meta, {"rows": rows})
     if tmp is not None:
         tmp.cleanup()
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""Training and inference speed, and BLEU, of the simplified decoder vs the standard one (paper 004, Table 4).
+"""Training and inference speed, and BLEU, of the simplified decoder vs the standard one (Yang et al. 2020, Table 4).
 
-Paper 004 (Yang et al. 2020), Table 4: dropping the decoder FFN (the information-fusion module is one
+Yang, Wang, Shi, Tadepalli, Lee & Tu 2020, Table 4: dropping the decoder FFN (the information-fusion module is one
 Add&Norm: ``transformer_simplified_decoder``) speeds Base training up by +11.2..12.6% (words/s) and
 inference by +11.6..40% (sentences/s, GPU), for -0.16..-0.32 BLEU (En-De, En-Fr). This script measures
 the same ratios against stock fairseq, side by side in one run.
@@ -14,7 +14,7 @@ registries from a fairseq-train command line:
   standard     stock fairseq ``transformer`` (fairseq's own decoder layer): the baseline of every ratio
   simplified   ``transformer_simplified_decoder`` (plugin's SublayerDecoderLayer, blocks self -> cross)
   ORDER        (optional, ``--variants``) ``transformer_head_gates --head-gates ''`` with
-               ``--decoder-sublayer-order ORDER`` (sem-tem-ifm or sem-ifm; FFN kept, paper 004 Table 1)
+               ``--decoder-sublayer-order ORDER`` (sem-tem-ifm or sem-ifm; FFN kept, Yang et al. 2020, Table 1)
   simplified-ORDER  (optional) the simplified decoder with that sub-layer order (e.g. simplified-sem-ifm)
 
 (a) inference: fairseq's SequenceGenerator, beam ``--beam``, one batch of ``--batch-size`` random
@@ -26,12 +26,13 @@ registries from a fairseq-train command line:
     (fairseq's Adam), dropout 0.1, on one fixed synthetic batch of ``--train-tokens`` target tokens
     (sentences of ``--src-len`` source and ``--tgt-len`` target tokens). Words/s = target tokens / time.
 
-Timing: ``--warmup`` untimed runs per variant (the first Adam step allocates its state), one untimed
-run per variant whose peak memory is taken (as benchmarks/head_pruning.py does: CPU peak-RSS increase,
-CUDA allocated; ``--no-memory`` skips it), then ``--repeats`` rounds that time one run per variant in an
-order rotated every round, so machine load hits all variants alike. Medians are reported, and every
-ratio also as the median of the per-round ratios ("paired"). ``--clock cpu`` (process CPU time, with
-``--threads 1``) is steadier on a shared machine than the wall clock.
+Timing (the rules of benchmarks/bench_common.py): ``--warmup`` untimed runs per variant (the first Adam
+step allocates its state), one untimed run per variant whose peak memory is taken (bench_common.PeakMemory:
+CPU peak-RSS increase, CUDA allocated; ``--no-memory`` skips it), then ``--repeats`` interleaved rounds
+that time one run per variant in an order rotated every round, so machine load hits all variants alike.
+Medians are reported, every ratio also as the median of the per-round ratios ("paired"), and the spread
+of those per-round ratios as the run's noise. ``--clock cpu`` (process CPU time, with ``--threads 1``) is
+steadier on a shared machine than the wall clock.
 
 Quality part (``--bleu``; default on, off with ``--quick`` unless asked): a synthetic corpus
 (fairseq_sparse.synthetic_corpus), binarised by fairseq-preprocess (--joined-dictionary); fairseq-train
@@ -52,10 +53,8 @@ Usage:
   python benchmarks/simplified_decoder.py --device cuda --fp16 --train-tokens 8000 --batch-size 64
 """
 import argparse
-import json
 import os
 import re
-import signal
 import statistics
 import subprocess
 import sys
@@ -65,53 +64,30 @@ from collections import OrderedDict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_common  # noqa: E402
-from bench_common import fmt  # noqa: E402
-from head_pruning import PeakMemory  # noqa: E402
+from bench_common import REPO, USER_DIR, fmt, pct, print_header  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-USER_DIR = os.path.join(REPO, "fairseq_sparse")
 BIN = os.path.dirname(sys.executable)
-
-#: name -> (layers per side, dim, heads, FFN dim, joined vocabulary)
-SIZES = {
-    "base": (6, 512, 8, 2048, 8000),
-    "big": (6, 1024, 16, 4096, 8000),
-    "tiny": (2, 64, 4, 128, 500),
-}
+PRESETS = ("base", "big", "tiny")  # of bench_common.SIZES
 ORDERS = ("tem-sem-ifm", "sem-tem-ifm", "sem-ifm")
-PAPER_TARGET = 0.11  # paper 004 Table 4 (Base): +11.18% .. +12.62% train words/s, +11.60% .. +40.23% sent/s
-PAPER_BLEU_DROP = 0.3  # paper 004 Table 4: -0.16 / -0.32 BLEU (En-De / En-Fr), +0.91 En-Zh
+PAPER_TARGET = 0.11  # Yang et al. 2020, Table 4 (Base): +11.18% .. +12.62% train words/s, +11.60% .. +40.23% sent/s
+PAPER_BLEU_DROP = 0.3  # Yang et al. 2020, Table 4: -0.16 / -0.32 BLEU (En-De / En-Fr), +0.91 En-Zh
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--arch-size", default="base", choices=sorted(SIZES), help="model size preset (default base)")
-    p.add_argument("--layers", type=int, help="encoder and decoder layers (overrides --arch-size)")
-    p.add_argument("--dim", type=int, help="embedding dim (overrides --arch-size)")
-    p.add_argument("--heads", type=int, help="attention heads (overrides --arch-size)")
-    p.add_argument("--ffn", type=int, help="FFN dim (overrides --arch-size)")
-    p.add_argument("--vocab", type=int, help="joined vocabulary size (overrides --arch-size)")
+    bench_common.add_size_args(p, "--arch-size", PRESETS)
     p.add_argument("--variants", default="standard,simplified",
                    help="comma list of standard, simplified, ORDER, simplified-ORDER (ORDER: sem-tem-ifm, "
                         "sem-ifm); default standard,simplified")
     p.add_argument("--batch-size", type=int, default=16, help="inference: sentences per generate (default 16)")
-    p.add_argument("--beam", type=int, default=4)
     p.add_argument("--src-len", type=int, default=30, help="source length in tokens, EOS included (default 30)")
     p.add_argument("--out-len", type=int, default=30, help="inference: forced output length before EOS")
     p.add_argument("--tgt-len", type=int, default=30, help="training: target length, EOS included")
     p.add_argument("--train-tokens", type=int, default=2000, help="training: target tokens per batch")
-    p.add_argument("--repeats", type=int, default=5, help="timed rounds per part (median reported)")
-    p.add_argument("--warmup", type=int, default=1, help="untimed runs per variant and part")
-    p.add_argument("--no-memory", action="store_true", help="skip the (untimed) peak-memory runs")
     p.add_argument("--no-train", action="store_true", help="skip the training-speed part")
     p.add_argument("--no-infer", action="store_true", help="skip the inference-speed part")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1; 0: torch's default)")
-    p.add_argument("--clock", default="wall", choices=["wall", "cpu"],
-                   help="time behind the speeds and ratios: wall clock (default) or process CPU time (CPU only)")
-    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    p.add_argument("--fp16", action="store_true", help="CUDA only: half precision (fairseq's FP16Optimizer)")
+    bench_common.add_run_args(p, repeats=5, threads=1)
     g = p.add_argument_group("quality part")
     g.add_argument("--bleu", dest="bleu", action="store_true", default=None,
                    help="train both decoders on a synthetic corpus and compare BLEU (default on; off with --quick)")
@@ -129,38 +105,38 @@ def parse_args(argv=None):
     g.add_argument("--workdir", help="corpus, data-bin, checkpoints and logs go here (default: a temp dir)")
     p.add_argument("--quick", action="store_true",
                    help="smoke run: tiny sizes, 2 repeats, short sequences; with --bleu a tiny corpus, 30 updates")
-    p.add_argument("--json", metavar="OUT", help="write all results here")
     args = p.parse_args(argv)
     if args.quick:
         args.arch_size = "tiny" if args.layers is None and args.dim is None else args.arch_size
-        args.repeats, args.batch_size = min(args.repeats, 2), min(args.batch_size, 4)
-        args.src_len, args.out_len, args.tgt_len = min(args.src_len, 8), min(args.out_len, 6), min(args.tgt_len, 8)
-        args.train_tokens = min(args.train_tokens, 200)
-        args.bleu_train, args.bleu_test, args.bleu_updates = 300, 20, min(args.bleu_updates, 30)
+        bench_common.apply_quick(args, {"repeats": 2, "batch_size": 4, "src_len": 8, "out_len": 6, "tgt_len": 8,
+                                        "train_tokens": 200, "bleu_updates": 30, "log_interval": 10})
+        args.bleu_train, args.bleu_test = 300, 20
         args.bleu_layers, args.bleu_dim, args.bleu_heads, args.bleu_ffn = 1, 32, 2, 64
-        args.log_interval = min(args.log_interval, 10)
         if args.bleu is None:
             args.bleu = False
     if args.bleu is None:
         args.bleu = True
-    L, D, H, F, V = SIZES[args.arch_size]
-    for name, default in (("layers", L), ("dim", D), ("heads", H), ("ffn", F), ("vocab", V)):
-        if getattr(args, name) is None:
-            setattr(args, name, default)
+    bench_common.check_size_args(p, args, args.arch_size)
     args.variant_list = [v.strip() for v in args.variants.split(",") if v.strip()]
     for v in args.variant_list:
         if v not in ("standard", "simplified") and v.replace("simplified-", "", 1) not in ORDERS:
             p.error(f"--variants: unknown variant {v!r}")
     if "standard" not in args.variant_list:
         args.variant_list.insert(0, "standard")  # the baseline of every ratio
-    if args.dim % args.heads or args.bleu_dim % args.bleu_heads:
-        p.error("the dim must be a multiple of the heads")
-    if args.fp16 and args.device != "cuda":
-        p.error("--fp16 needs --device cuda")
-    if args.clock == "cpu" and args.device != "cpu":
-        p.error("--clock cpu is for CPU runs")
-    if min(args.repeats, args.batch_size, args.out_len, args.train_tokens) < 1 or min(args.src_len, args.tgt_len) < 2:
-        p.error("--repeats, --batch-size, --out-len, --train-tokens must be positive, lengths >= 2")
+    bench_common.check_run_args(p, args)
+    bench_common.check_range(p, "--batch-size", args.batch_size, 1, None)
+    bench_common.check_range(p, "--train-tokens", args.train_tokens, 1, None)
+    bench_common.check_range(p, "--src-len", args.src_len, 2)
+    bench_common.check_range(p, "--tgt-len", args.tgt_len, 2)
+    bench_common.check_range(p, "--out-len", args.out_len, 1, bench_common.MAX_POSITIONS - 1)
+    if args.bleu:
+        for option in ("--bleu-train", "--bleu-test", "--bleu-updates", "--bleu-layers", "--bleu-heads",
+                       "--bleu-ffn", "--bleu-max-tokens", "--log-interval"):
+            bench_common.check_range(p, option, getattr(args, option[2:].replace("-", "_")), 1, None)
+        if args.bleu_dim % args.bleu_heads:
+            p.error(f"--bleu-dim {args.bleu_dim} is not a multiple of --bleu-heads {args.bleu_heads}")
+        if args.workdir and os.path.exists(args.workdir) and not os.path.isdir(args.workdir):
+            p.error(f"--workdir exists and is not a directory: {args.workdir}")
     return args
 
 
@@ -181,24 +157,11 @@ def variant_flags(name):
 
 def build(name, args, data):
     """(model, task, criterion, optimizer) of a variant, from a fairseq-train command line, random weights."""
-    import torch
-    from fairseq import optim, options, tasks
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq import optim
 
-    L, D, H, F = (str(x) for x in (args.layers, args.dim, args.heads, args.ffn))
-    cmd = [data, "--task", "translation", "-s", "src", "-t", "tgt", "--share-all-embeddings", "--seed", str(args.seed),
-           "--encoder-layers", L, "--decoder-layers", L, "--encoder-embed-dim", D, "--decoder-embed-dim", D,
-           "--encoder-ffn-embed-dim", F, "--decoder-ffn-embed-dim", F,
-           "--encoder-attention-heads", H, "--decoder-attention-heads", H, "--dropout", "0.1",
-           "--max-source-positions", "1024", "--max-target-positions", "1024",
-           "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-           "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "1e-4"] + variant_flags(name)
-    if args.fp16:
-        cmd.append("--fp16")
-    cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), cmd))
-    torch.manual_seed(args.seed)
-    task = tasks.setup_task(cfg.task)
-    model = task.build_model(cfg.model)
+    extra = ["--dropout", "0.1", "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+             "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "1e-4"] + (["--fp16"] if args.fp16 else [])
+    model, task, cfg = bench_common.build_random_model(args, data, variant_flags(name) + extra, as_config=True)
     criterion = task.build_criterion(cfg.criterion)
     if args.fp16:
         model.half()
@@ -207,20 +170,11 @@ def build(name, args, data):
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = (optim.FP16Optimizer.build_optimizer(cfg, params) if args.fp16
                  else optim.build_optimizer(cfg.optimizer, params))
-    assert len(task.source_dictionary) == args.vocab, (len(task.source_dictionary), args.vocab)
     return {"model": model, "task": task, "criterion": criterion, "optimizer": optimizer,
             "params": sum(p.numel() for p in model.parameters()),
             "decoder_params": sum(p.numel() for p in model.decoder.parameters()),
             "decoder_layer_params": sum(p.numel() for p in model.decoder.layers.parameters()),
             "blocks": ",".join(getattr(model.decoder.layers[0], "blocks", ("self", "cross", "ffn")))}
-
-
-def random_tokens(d, n, length, g, device):
-    import torch
-
-    t = torch.randint(d.nspecial, len(d), (n, length), generator=g)
-    t[:, -1] = d.eos()
-    return t.to(device)
 
 
 def make_batches(args, d):
@@ -229,32 +183,27 @@ def make_batches(args, d):
 
     g = torch.Generator().manual_seed(args.seed + 12345)
     dev = args.torch_device
-    src = random_tokens(d, args.batch_size, args.src_len, g, dev)
-    infer = {"id": torch.arange(args.batch_size, device=dev),
-             "net_input": {"src_tokens": src, "src_lengths": torch.full((args.batch_size,), args.src_len, device=dev)}}
+    infer = bench_common.source_sample(bench_common.random_sources(d, args.batch_size, args.src_len, g).to(dev))
     n = max(1, args.train_tokens // args.tgt_len)
-    src, tgt = random_tokens(d, n, args.src_len, g, dev), random_tokens(d, n, args.tgt_len, g, dev)
+    train = bench_common.source_sample(bench_common.random_sources(d, n, args.src_len, g).to(dev))
+    tgt = bench_common.random_sources(d, n, args.tgt_len, g).to(dev)
     prev = torch.cat([torch.full((n, 1), d.eos(), dtype=tgt.dtype, device=dev), tgt[:, :-1]], 1)
-    train = {"id": torch.arange(n, device=dev), "nsentences": n, "ntokens": tgt.numel(), "target": tgt,
-             "net_input": {"src_tokens": src, "src_lengths": torch.full((n,), args.src_len, device=dev),
-                           "prev_output_tokens": prev}}
+    train.update(nsentences=n, ntokens=tgt.numel(), target=tgt)
+    train["net_input"]["prev_output_tokens"] = prev
     return infer, train
 
 
 def generate_fn(v, sample, args):
     import torch
-    from fairseq.sequence_generator import SequenceGenerator
 
-    gen = SequenceGenerator([v["model"]], v["task"].target_dictionary, beam_size=args.beam, max_len_a=0,
-                            max_len_b=args.out_len, min_len=args.out_len)
+    gen = bench_common.forced_generator(v["model"], v["task"].target_dictionary, args.beam, args.out_len)
 
     def run():
         v["model"].eval()
         with torch.no_grad():
-            hypos = gen.generate([v["model"]], sample)
-        lengths = {len(h["tokens"]) for hs in hypos for h in hs}
-        if lengths != {args.out_len + 1}:
-            raise SystemExit(f"output lengths {sorted(lengths)}, expected {args.out_len + 1}")
+            lengths = bench_common.out_lengths(gen.generate([v["model"]], sample))
+        if lengths != [args.out_len + 1]:
+            raise SystemExit(f"output lengths {lengths}, expected {args.out_len + 1}")
     return run
 
 
@@ -274,30 +223,21 @@ def train_step_fn(v, sample):
 def time_part(fns, args, work):
     """Warm-up, peak memory, then interleaved rounds; name -> results. work: units (words, sentences) per run."""
     cuda = args.device == "cuda"
-    res = OrderedDict((n, {"wall_times_s": [], "cpu_times_s": [], "peak_mb": None}) for n in fns)
+    res = OrderedDict((n, {"peak_mb": None}) for n in fns)
     for name, fn in fns.items():
         for _ in range(max(1, args.warmup)):
             fn()
     if not args.no_memory:
         for name, fn in fns.items():
-            with PeakMemory(cuda) as mem:
+            with bench_common.PeakMemory(cuda) as mem:
                 fn()
             res[name]["peak_mb"] = mem.mb
-    names = list(fns)
-    for k in range(args.repeats):
-        for name in names[k % len(names):] + names[:k % len(names)]:
-            (w, c), _ = bench_common.timed(fns[name], cuda)
-            res[name]["wall_times_s"].append(w)
-            res[name]["cpu_times_s"].append(c)
-    base = res["standard"]
+    rounds = bench_common.time_rounds(fns, args.repeats, cuda)
     for name, r in res.items():
-        r["times_s"] = r["cpu_times_s"] if args.clock == "cpu" else r["wall_times_s"]
-        r["time_s"] = statistics.median(r["times_s"])
-        r["wall_s"], r["cpu_s"] = statistics.median(r["wall_times_s"]), statistics.median(r["cpu_times_s"])
+        r.update(bench_common.clock_medians(rounds[name], args.clock))
         r["per_s"] = work / r["time_s"]
     for name, r in res.items():
-        r["vs_standard"] = base["time_s"] / r["time_s"]
-        r["vs_standard_paired"] = statistics.median(a / b for a, b in zip(base["times_s"], r["times_s"]))
+        r["vs_standard"], r["vs_standard_paired"] = bench_common.speedup(res["standard"], r)
     return res
 
 
@@ -305,9 +245,6 @@ def speed_part(args):
     import torch
 
     with tempfile.TemporaryDirectory(prefix="simplified_decoder_bench_") as data:
-        for lang in ("src", "tgt"):
-            with open(os.path.join(data, f"dict.{lang}.txt"), "w") as f:
-                f.writelines(f"w{i} {args.vocab - i}\n" for i in range(args.vocab - 4))  # + 4 fairseq specials
         variants = OrderedDict((n, build(n, args, data)) for n in args.variant_list)
     infer, train = make_batches(args, variants["standard"]["task"].source_dictionary)
     out = {"variants": {n: {k: v[k] for k in ("params", "decoder_params", "decoder_layer_params", "blocks")}
@@ -433,68 +370,69 @@ def read_logs(runs, test_sentences):
 # report
 # ---------------------------------------------------------------------------------------------
 
-def pct(x):
-    return "-" if x is None else f"{x - 1:+.1%}"
+def print_speed(args, speed, meta):
+    print(f"speed: {meta['model']}; device {meta['device']}, torch threads {meta['threads']}, clock {args.clock}, "
+          f"median of {args.repeats} interleaved rounds after {args.warmup} warm-up")
+    print()
+    print_header(f"{'variant':<20} {'decoder blocks':<16} {'params':>12} {'decoder':>12} {'dec. layers':>12}")
+    for n, v in speed["variants"].items():
+        print(f"{n:<20} {v['blocks']:<16} {v['params']:>12,} {v['decoder_params']:>12,} "
+              f"{v['decoder_layer_params']:>12,}")
+    print("(decoder: with the shared embeddings; dec. layers: the decoder layers only)")
+    for part, unit, desc in (
+            ("train", "words/s", f"training step (fwd + label-smoothed CE + bwd + Adam), {speed['train_sentences']} "
+                                 f"x {args.src_len} -> {args.tgt_len} tokens = {speed['train_tokens']} target words"),
+            ("infer", "sent/s", f"inference: SequenceGenerator, batch {args.batch_size}, beam {args.beam}, "
+                                f"source {args.src_len}, output forced to {args.out_len} tokens + EOS")):
+        if part not in speed:
+            continue
+        print()
+        print(desc)
+        print_header(f"{'variant':<20} {'wall s':>8} {'cpu s':>8} {unit:>10} {'vs standard':>11} {'(paired)':>8} "
+                     f"{'peak MB':>8}")
+        for n, r in speed[part].items():
+            print(f"{n:<20} {r['wall_s']:>8.3f} {r['cpu_s']:>8.3f} {r['per_s']:>10.1f} {pct(r['vs_standard']):>11} "
+                  f"{pct(r['vs_standard_paired']):>8} {fmt(r['peak_mb'], '{:.0f}'):>8}")
+    print()
+    print(f"words/s, sent/s: work / median {args.clock} time; vs standard: speed ratio - 1 against stock fairseq "
+          "transformer; (paired): median of the per-round ratios; peak MB: what one untimed run added "
+          "(CPU: peak RSS, CUDA: allocated)")
+    print(bench_common.noise_line({f"{n} vs standard, {part}": (speed[part]["standard"]["times_s"], r["times_s"])
+                                   for part in ("train", "infer") if part in speed
+                                   for n, r in speed[part].items() if n != "standard"}))
+
+
+def print_quality(args, runs):
+    s, x = runs["standard"], runs["simplified"]
+    print(f"quality: synthetic corpus ({args.bleu_train} train / {args.bleu_test} test pairs), "
+          f"{args.bleu_layers}+{args.bleu_layers} layers, dim {args.bleu_dim}, {args.bleu_heads} heads, FFN "
+          f"{args.bleu_ffn}, {args.bleu_updates} updates of <= {args.bleu_max_tokens} tokens, seed {args.seed}; "
+          "both trained at once, 1 thread each")
+    print_header(f"{'variant':<20} {'params':>10} {'train nll':>9} {'BLEU4':>7} {'hyp/ref':>7} {'train wps':>10} "
+                 f"{'gen sent/s':>10}")
+    for n, r in runs.items():
+        print(f"{n:<20} {fmt(r['params'], '{:,}'):>10} {fmt(r['train_nll'], '{:.3f}'):>9} {r['bleu']:>7.2f} "
+              f"{r['length_ratio']:>7.3f} {fmt(r['wps'], '{:.0f}'):>10} {fmt(r['gen_sent_per_s'], '{:.1f}'):>10}")
+    wps = None if not (s["wps"] and x["wps"]) else x["wps"] / s["wps"]
+    gen = None if not (s["gen_sent_per_s"] and x["gen_sent_per_s"]) else x["gen_sent_per_s"] / s["gen_sent_per_s"]
+    print(f"{'simplified - standard':<20} {'':>10} {'':>9} {x['bleu'] - s['bleu']:>+7.2f} {'':>7} {pct(wps):>10} "
+          f"{pct(gen):>10}")
+    print("train nll: fairseq-train's last epoch summary (base 2); hyp/ref: fairseq-generate's length ratio")
+    print("train wps: median of the wps fairseq-train logged while both ran (first interval left out); gen sent/s: "
+          "fairseq-generate's (real output lengths)")
 
 
 def print_report(args, speed, runs, meta):
     print()
-    print(f"Simplified vs standard decoder (paper 004 Table 4); load average before / after {meta['loadavg_before']} / "
-          f"{meta['loadavg_after']} ({meta.get('cores', '?')} cores)")
+    print(f"Simplified vs standard decoder (Yang et al. 2020, Table 4); load average before / after "
+          f"{meta['loadavg_before']} / {meta['loadavg_after']} ({meta.get('cores', '?')} cores)")
     if speed:
-        print(f"speed: {meta['model']}; device {meta['device']}, torch threads {meta['threads']}, clock {args.clock}, "
-              f"median of {args.repeats} interleaved rounds after {args.warmup} warm-up")
-        print()
-        hdr = f"{'variant':<20} {'decoder blocks':<16} {'params':>12} {'decoder':>12} {'dec. layers':>12}"
-        print(hdr)
-        print("-" * len(hdr))
-        for n, v in speed["variants"].items():
-            print(f"{n:<20} {v['blocks']:<16} {v['params']:>12,} {v['decoder_params']:>12,} "
-                  f"{v['decoder_layer_params']:>12,}")
-        print("(decoder: with the shared embeddings; dec. layers: the decoder layers only)")
-        for part, unit, desc in (
-                ("train", "words/s", f"training step (fwd + label-smoothed CE + bwd + Adam), {speed['train_sentences']} "
-                                     f"x {args.src_len} -> {args.tgt_len} tokens = {speed['train_tokens']} target words"),
-                ("infer", "sent/s", f"inference: SequenceGenerator, batch {args.batch_size}, beam {args.beam}, "
-                                    f"source {args.src_len}, output forced to {args.out_len} tokens + EOS")):
-            if part not in speed:
-                continue
-            print()
-            print(desc)
-            hdr = (f"{'variant':<20} {'wall s':>8} {'cpu s':>8} {unit:>10} {'vs standard':>11} {'(paired)':>8} "
-                   f"{'peak MB':>8}")
-            print(hdr)
-            print("-" * len(hdr))
-            for n, r in speed[part].items():
-                print(f"{n:<20} {r['wall_s']:>8.3f} {r['cpu_s']:>8.3f} {r['per_s']:>10.1f} {pct(r['vs_standard']):>11} "
-                      f"{pct(r['vs_standard_paired']):>8} {fmt(r['peak_mb'], '{:.0f}'):>8}")
-        print()
-        print(f"words/s, sent/s: work / median {args.clock} time; vs standard: speed ratio - 1 against stock fairseq "
-              "transformer; (paired): median of the per-round ratios; peak MB: what one untimed run added "
-              "(CPU: peak RSS, CUDA: allocated)")
+        print_speed(args, speed, meta)
     if runs:
-        s, x = runs["standard"], runs["simplified"]
         print()
-        print(f"quality: synthetic corpus ({args.bleu_train} train / {args.bleu_test} test pairs), "
-              f"{args.bleu_layers}+{args.bleu_layers} layers, dim {args.bleu_dim}, {args.bleu_heads} heads, FFN "
-              f"{args.bleu_ffn}, {args.bleu_updates} updates of <= {args.bleu_max_tokens} tokens, seed {args.seed}; "
-              "both trained at once, 1 thread each")
-        hdr = (f"{'variant':<20} {'params':>10} {'train nll':>9} {'BLEU4':>7} {'hyp/ref':>7} {'train wps':>10} "
-               f"{'gen sent/s':>10}")
-        print(hdr)
-        print("-" * len(hdr))
-        for n, r in runs.items():
-            print(f"{n:<20} {fmt(r['params'], '{:,}'):>10} {fmt(r['train_nll'], '{:.3f}'):>9} {r['bleu']:>7.2f} "
-                  f"{r['length_ratio']:>7.3f} {fmt(r['wps'], '{:.0f}'):>10} {fmt(r['gen_sent_per_s'], '{:.1f}'):>10}")
-        wps = None if not (s["wps"] and x["wps"]) else x["wps"] / s["wps"]
-        gen = None if not (s["gen_sent_per_s"] and x["gen_sent_per_s"]) else x["gen_sent_per_s"] / s["gen_sent_per_s"]
-        print(f"{'simplified - standard':<20} {'':>10} {'':>9} {x['bleu'] - s['bleu']:>+7.2f} {'':>7} {pct(wps):>10} "
-              f"{pct(gen):>10}")
-        print("train nll: fairseq-train's last epoch summary (base 2); hyp/ref: fairseq-generate's length ratio")
-        print("train wps: median of the wps fairseq-train logged while both ran (first interval left out); gen sent/s: "
-              "fairseq-generate's (real output lengths)")
+        print_quality(args, runs)
     print()
-    print(f"paper 004 Table 4 (Base, GPU): train +11.2..+12.6%, inference +11.6..+40.2%, BLEU -0.16..-0.32 "
+    print(f"Yang et al. 2020, Table 4 (Base, GPU): train +11.2..+12.6%, inference +11.6..+40.2%, BLEU -0.16..-0.32 "
           f"(En-De, En-Fr); target here: >= +{PAPER_TARGET:.0%} speed, BLEU within ~{PAPER_BLEU_DROP}")
     if speed and "simplified" in speed["variants"]:
         for part in ("train", "infer"):
@@ -509,11 +447,8 @@ def print_report(args, speed, runs, meta):
 
 def main(argv=None):
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    t_start = time.time()
-    loadavg_before = "%.2f %.2f %.2f" % os.getloadavg()
-    sys.path.insert(0, REPO)
-    torch = bench_common.init_torch(args)
+    started = bench_common.start(args)
+    bench_common.init_torch(args)
     L, D, H, F, V = args.layers, args.dim, args.heads, args.ffn, args.vocab
     model_desc = f"random {L}+{L} layers, dim {D}, {H} heads, FFN {F}, vocab {V} (--arch-size {args.arch_size})"
     speed = runs = None
@@ -527,19 +462,9 @@ def main(argv=None):
         else:
             with tempfile.TemporaryDirectory(prefix="simplified_decoder_bleu_") as workdir:
                 runs = bleu_part(args, workdir)
-    meta = {"model": model_desc, "device": args.device + (" fp16" if args.fp16 else "")
-            + (f" ({torch.cuda.get_device_name()})" if args.device == "cuda" else ""),
-            "threads": torch.get_num_threads(), "cores": len(os.sched_getaffinity(0)),
-            "loadavg_before": loadavg_before, "loadavg_after": "%.2f %.2f %.2f" % os.getloadavg(),
-            "torch": torch.__version__}
+    meta = {"model": model_desc, **bench_common.machine_facts(args, started)}
     print_report(args, speed, runs, meta)
-    meta["elapsed_s"] = time.time() - t_start
-    print(f"total time {meta['elapsed_s']:.0f} s")
-    if args.json:
-        settings = {k: v for k, v in vars(args).items() if k != "torch_device"}
-        with open(args.json, "w") as f:
-            json.dump({"settings": settings, "meta": meta, "speed": speed, "quality": runs}, f, indent=1)
-        print(f"results written to {args.json}")
+    bench_common.finish(args, started, meta, {"speed": speed, "quality": runs})
     return 0
 
 

@@ -1,0 +1,69 @@
+"""Smoke test of benchmarks/l0drop_decoding.py: a tiny random model at one source length runs through the
+timing child, prints its three tables and writes consistent JSON, and pruned decoding gives the same
+hypotheses as unpruned; options it cannot honour are refused before anything is built. No timing
+assertions. (The peak-memory children are skipped: each is one more process start.)"""
+import importlib
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(REPO, "benchmarks", "l0drop_decoding.py")
+TINY = ["--layers", "2", "--dim", "64", "--heads", "4", "--ffn", "128", "--vocab", "500"]
+
+
+def test_l0drop_decoding_benchmark_smoke(tmp_path):
+    out_json = tmp_path / "l0.json"
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    cmd = [sys.executable, SCRIPT] + TINY + [
+        "--lengths", "40", "--short-len", "4", "--batch-size", "2", "--beam", "2", "--out-len", "5",
+        "--repeats", "2", "--threads", "1", "--clock", "cpu", "--sparsity", "0.5", "--no-memory",
+        "--json", str(out_json)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    out = proc.stdout
+    assert proc.returncode == 0, out[-4000:] + proc.stderr[-4000:]
+    assert "pruned/unpruned" in out and "share_dec" in out and "unpruned/stock" in out, out
+    assert "yes (max score diff" in out and "NO (" not in out, out
+    assert "noise:" in out, out
+
+    res = json.loads(out_json.read_text())
+    assert res["settings"]["lengths"] == "40" and "_child" not in res["settings"]
+    (row,) = res["rows"]
+    assert row["length"] == 40 and row["identical_hypotheses"] is True
+    assert 0.3 < row["sparsity"] < 0.7  # the gates were calibrated for 50% on other random sources
+    for v in ("stock", "unpruned", "pruned", "short"):
+        r = row[v]
+        assert r["out_lengths"] == [6] and len(r["times_s"]) == 2 and r["times_s"] == r["cpu_times_s"]
+        assert r["sent_per_s"] > 0
+    assert row["short"]["length"] == 4 and row["pruned"]["memory_len"] < row["unpruned"]["memory_len"] == 40
+    assert row["unpruned"]["encoder_s"] > 0 and row["pruned"]["encoder_s"] is None
+    for k in ("speedup_vs_unpruned", "speedup_vs_unpruned_paired", "speedup_vs_stock", "share", "bound_dec"):
+        assert row[k] is not None
+    assert set(res["meta"]) >= {"model", "device", "threads", "source", "loadavg_before", "loadavg_after",
+                                "elapsed_s"}
+
+
+@pytest.mark.parametrize("args, msg", [
+    (["--lengths", "25,x"], "--lengths"),
+    (["--lengths", "25,2000"], "--lengths 2000"),
+    (["--sparsity", "1.5"], "--sparsity"),
+    (["--variants", "pruned,fast"], "--variants"),
+    (["--path", "NO.pt", "--data", "."], "checkpoint not found"),
+    (["--path", "NO.pt"], "--path and --data go together"),
+    (["--fp16"], "--fp16 needs --device cuda"),
+    (["--json", "NO/x.json"], "directory does not exist"),
+    (["--dim", "60", "--heads", "8"], "not a multiple"),
+    (["--repeats", "0"], "--repeats"),
+])
+def test_l0drop_decoding_benchmark_refuses_bad_options(capsys, monkeypatch, tmp_path, args, msg):
+    """Options that cannot be honoured stop the run (argparse's exit 2) before any model is built."""
+    monkeypatch.syspath_prepend(os.path.join(REPO, "benchmarks"))  # undone after the test
+    bench = importlib.import_module("l0drop_decoding")
+    args = [str(tmp_path / a) if a.startswith("NO") else a for a in args]
+    with pytest.raises(SystemExit) as e:
+        bench.parse_args(args)
+    assert e.value.code == 2
+    assert msg in capsys.readouterr().err
