@@ -1,4 +1,4 @@
-"""Head analyses of paper 001 (Voita et al. 2019, Sec. 4-5): metrics on hand-made attention matrices
+"""Head analyses of Voita et al. (2019, Sec. 4-5): metrics on hand-made attention matrices
 whose answers are computed by hand, the pruned-model path, and the console tool end to end."""
 import csv
 import json
@@ -12,8 +12,10 @@ from torch import nn
 
 import fairseq_sparse  # noqa: F401  (registers the plugin and fairseq's checkpoint classes)
 from conftest import console, run
-from fairseq_sparse.cli import head_analysis as ha
+from fairseq_sparse.analysis import alignment
+from fairseq_sparse.analysis import heads as ha
 from fairseq_sparse.analysis.plotting import head_heatmap
+from fairseq_sparse.cli import head_analysis as cli
 
 ENV = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
 SETTINGS = types.SimpleNamespace(positional_threshold=0.9, syntactic_margin=0.10, rare_threshold=0.5, rare_margin=0.10)
@@ -104,9 +106,9 @@ def test_scattered_head_is_not_positional():
 
 def test_word_ids_from_pieces():
     pieces = ["new@@", "york", "is", "bi@@", "g@@", "gest"]
-    assert ha.word_ids_from_pieces(pieces, "@@") == [0, 0, 1, 2, 2, 2]
-    assert ha.word_ids_from_pieces(pieces, None) == [0, 1, 2, 3, 4, 5]
-    assert ha.word_ids_from_pieces(["a@@"], "@@") == [0]
+    assert alignment.word_ids(pieces, "@@") == [0, 0, 1, 2, 2, 2]
+    assert alignment.word_ids(pieces, None) == [0, 1, 2, 3, 4, 5]
+    assert alignment.word_ids(["a@@"], "@@") == [0]
 
 
 def test_merge_subword_attention_sums_keys_and_averages_queries():
@@ -233,7 +235,7 @@ def test_syntactic_accuracy_and_syntactic_heads(parses):
     special = np.array([False] * 6 + [True])
     ha.analyse_sentence(stats, [attn], [w for w, _, _ in s1] + ["</s>"], special, np.ones(7), np.zeros(7, int),
                         None, 10 ** 9, parse=s1)
-    res = ha.summarize(stats, [[0, 1]], 2, SETTINGS)
+    res = ha.summarise(stats, [[0, 1]], **vars(SETTINGS))
     base = res["baselines"]
     assert base["amod_d2h"] == {"offset": 1, "accuracy": 0.5, "instances": 2}  # +2, +1: tie -> +1
     assert base["amod_h2d"]["accuracy"] == 1.0 and base["nsubj_d2h"]["accuracy"] == 1.0
@@ -323,13 +325,14 @@ def test_capture_matches_manual_attention_and_pruned_layers(stock_transformer_ck
             torch.testing.assert_close(rec.weights[i], w, atol=1e-5, rtol=1e-4)
 
     counts = np.array(d.count)
-    full = ha.analyse_dataset(model, ds, d, range(12), counts, rare_min_rank=13)
+    full = ha.analyse_dataset(model, [ds.collater([ds[i] for i in range(12)])], d, counts, rare_min_rank=13)
     keep_heads(enc.layers[0].self_attn, [1, 3])
     enc.layers[1].self_attn = NoHeads()
     labels = ha.layer_head_labels(model, None)
     assert labels == [[1, 3], []]
-    pruned = ha.analyse_dataset(model, ds, d, range(12), counts, rare_min_rank=13, labels=labels)
-    res = ha.summarize(pruned, labels, 4, SETTINGS)
+    pruned = ha.analyse_dataset(model, [ds.collater([ds[i] for i in range(12)])], d, counts, rare_min_rank=13,
+                                labels=labels)
+    res = ha.summarise(pruned, labels, **vars(SETTINGS))
     assert [(h["layer"], h["head"]) for h in res["heads"]] == [(0, 1), (0, 3)]
     # layer 0's attention does not depend on the other heads: heads 1 and 3 keep their statistics
     np.testing.assert_allclose(pruned.conf_sum[0], full.conf_sum[0][[1, 3]], rtol=1e-6)
@@ -410,7 +413,7 @@ def test_bad_input_fails_before_any_output(stock_transformer_ckpt, corpus, tmp_p
     data = str(tmp_path / "missing-bin") if case == "no_data" else corpus["bin"]
     out = tmp_path / "out"
     with pytest.raises(SystemExit) as exc:
-        ha.main([data, "--path", ckpt, "--output-dir", str(out), "--conllu", conllu, "--no-progress-bar"])
+        cli.main([data, "--path", ckpt, "--output-dir", str(out), "--conllu", conllu, "--no-progress-bar"])
     assert exc.value.code != 0
     expected = {
         "fewer_sentences": f"--conllu has {len(src_lines) - 1} sentences, subset 'test' has {len(src_lines)}",
@@ -419,4 +422,42 @@ def test_bad_input_fails_before_any_output(stock_transformer_ckpt, corpus, tmp_p
         "bad_conllu": "a CoNLL-U word line has 10 tab-separated columns, got 4",
     }[case]
     assert expected in capsys.readouterr().err
+    assert not out.exists()
+
+
+def output_state(out):
+    """{name: (bytes, mtime)} of the files in ``out``."""
+    return {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(out.iterdir())}
+
+
+def test_console_tool_cpu_and_refuses_to_overwrite(stock_transformer_ckpt, corpus, tmp_path, capsys):
+    out = tmp_path / "out"
+    cmd = [corpus["bin"], "--path", stock_transformer_ckpt, "--output-dir", str(out), "--max-sentences", "8",
+           "--rare-min-rank", "13", "--no-progress-bar", "--cpu"]
+    cli.main(cmd)  # --cpu: the same device choice as the other tools
+    before = output_state(out)
+    assert sorted(before) == sorted(cli.OUTPUTS)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        cli.main(cmd)
+    assert exc.value.code != 0
+    assert "exists; pass --overwrite to replace it" in capsys.readouterr().err
+    assert output_state(out) == before  # untouched
+    result = cli.main(cmd + ["--overwrite"])
+    assert result["sentences"] == 8
+    assert sorted(output_state(out)) == sorted(before)
+
+
+def test_truncated_checkpoint_fails_before_any_output(stock_transformer_ckpt, corpus, tmp_path, capsys):
+    with open(stock_transformer_ckpt, "rb") as f:
+        data = f.read()
+    broken = tmp_path / "broken.pt"
+    broken.write_bytes(data[:len(data) // 2])
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exc:
+        cli.main([corpus["bin"], "--path", str(broken), "--output-dir", str(out), "--no-progress-bar"])
+    assert exc.value.code != 0
+    err = capsys.readouterr().err
+    assert f"--path: cannot read {broken}: not a complete torch checkpoint (truncated or corrupt?)" in err
+    assert "Traceback" not in err
     assert not out.exists()

@@ -101,3 +101,19 @@ def head_heatmap(values, path: str, title: str, cbar_label: str, row_labels: Opt
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+# ------------------------------------------------------------------------------------------------
+# head functions (Voita et al. 2019, Sec. 4-5): fairseq-sparse-head-analysis
+
+
+def head_function_maps(confidence, n_functions, cell_text, confidence_path: str, function_path: str):
+    """The two layers x heads maps of the encoder heads: confidence (Sec. 4) and the functions of each
+    head (Sec. 5: positional, rare-word, syntactic), from :func:`fairseq_sparse.analysis.heads.function_matrices`."""
+    head_heatmap(confidence, confidence_path, "Encoder self-attention: confidence (Voita et al. 2019, Sec. 4)",
+                 "mean max attention weight (EOS excluded)", vmin=0.0, vmax=1.0)
+    n_functions = np.asarray(n_functions, dtype=float)
+    top = float(np.nanmax(n_functions)) if np.isfinite(n_functions).any() else 3.0
+    head_heatmap(n_functions, function_path,
+                 "Function of encoder heads (p: positional, rare, rel> head->dep, rel< dep->head)",
+                 "number of functions", cell_text=cell_text, vmin=0.0, vmax=max(3.0, top), cmap="Greens")
