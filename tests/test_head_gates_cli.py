@@ -154,3 +154,55 @@ def test_prune_heads_bad_input(stock_transformer_ckpt, tmp_path, capsys):
     out.write_text("keep me")
     assert "exists" in prune_in_process(base + ["--head-mask", str(tmp_path / "bad.json")], capsys)
     assert out.read_text() == "keep me"
+
+
+@pytest.mark.parametrize("mask", [{"enc": [[2, -1, 1, 1], [1, 1, 1, 1]]}, {"enc": [[float("nan"), 1, 1, 1], [1, 1, 1, 1]]},
+                                  {"encdec": [[1, 1, 1, 1], [1, "x", 1, 1]]}, {"enc": [[1, 1, 1, 1], 7]},
+                                  {"dec": [[1, 1, 1, 1], None]}])
+def test_prune_heads_and_heads_evaluate_refuse_bad_masks_alike(mask, corpus, stock_transformer_ckpt, tmp_path, capsys):
+    """[[2, -1]] was exported as "kept 5 of 6" (one head removed, one doubled) while the heads tool called it
+    "0 heads masked"; NaN passed one reader; malformed rows crashed prune-heads with a TypeError."""
+    from fairseq_sparse.cli.head_importance import main as heads_main
+
+    path = tmp_path / "mask.json"
+    path.write_text(json.dumps(mask))
+    out = tmp_path / "out.pt"
+    err = prune_in_process(["--path", stock_transformer_ckpt, "--output", str(out), "--head-mask", str(path)], capsys)
+    assert not out.exists()
+    with pytest.raises(SystemExit) as e:
+        heads_main(["evaluate", corpus["bin"], "--path", stock_transformer_ckpt, "--head-mask", str(path)])
+    assert e.value.code == 2
+    heads_err = capsys.readouterr().err
+    message = err.split("error: ", 1)[1]
+    assert message.startswith(f"--head-mask: head mask {path}: head mask for ")
+    assert "number in [0, 1]" in message or "must be a list" in message
+    assert heads_err.split("error: ", 1)[1] == message  # one validator, one message
+
+
+def test_prune_heads_never_replaces_its_input(stock_transformer_ckpt, tmp_path, capsys):
+    ckpt = tmp_path / "checkpoint_last.pt"
+    ckpt.write_bytes(open(stock_transformer_ckpt, "rb").read())
+    before = ckpt.read_bytes()
+    (tmp_path / "mask.json").write_text(json.dumps({"enc": [[1, 0, 1, 1], [1, 1, 1, 1]]}))
+    mask = ["--head-mask", str(tmp_path / "mask.json")]
+    for output in (str(ckpt), os.path.join(str(tmp_path), ".", "checkpoint_last.pt")):
+        err = prune_in_process(["--path", str(ckpt), "--output", output, "--overwrite"] + mask, capsys)
+        assert "is an input of this command" in err
+    assert ckpt.read_bytes() == before
+    # the kept-heads JSON next to --output is an output too: refused unless --overwrite
+    (tmp_path / "pruned.kept_heads.json").write_text("old")
+    out = tmp_path / "pruned.pt"
+    assert "pruned.kept_heads.json exists" in prune_in_process(["--path", str(ckpt), "--output", str(out)] + mask, capsys)
+    assert not out.exists() and (tmp_path / "pruned.kept_heads.json").read_text() == "old"
+    proc = prune(str(ckpt), str(out), mask + ["--overwrite"])
+    assert "kept 23 of 24 heads" in proc.stdout
+    assert json.loads((tmp_path / "pruned.kept_heads.json").read_text())["enc"] == [[0, 2, 3], [0, 1, 2, 3]]
+
+
+def test_prune_heads_truncated_checkpoint_is_a_clear_error(stock_transformer_ckpt, tmp_path, capsys):
+    data = open(stock_transformer_ckpt, "rb").read()
+    broken = tmp_path / "broken.pt"
+    broken.write_bytes(data[: len(data) // 3])
+    err = prune_in_process(["--path", str(broken), "--output", str(tmp_path / "out.pt")], capsys)
+    assert f"cannot read {broken}" in err and "truncated or corrupt" in err and "Traceback" not in err
+    assert not (tmp_path / "out.pt").exists()

@@ -1,5 +1,5 @@
 """Head importance, ablation and pruning curves (paper 003, Michel et al. 2019): the library
-(fairseq_sparse.head_importance) on a real loaded checkpoint, and the console tool fairseq-sparse-heads.
+(fairseq_sparse.analysis.head_importance) on a real loaded checkpoint, and the console tool fairseq-sparse-heads.
 
 Checks: dL/dxi_h from autograd equals a central finite difference (batch and per-sentence masks); the
 per-sentence estimate is independent of the batch size; per-layer l2 normalisation; masking none
@@ -11,15 +11,17 @@ import argparse
 import copy
 import json
 import os
+import re
 
 import pytest
 import torch
 
 import fairseq_sparse  # noqa: F401  (registers the plugin, allowlists fairseq checkpoint classes)
 from conftest import console, run
-from fairseq_sparse import head_importance as hi
+from fairseq_sparse.analysis import head_importance as hi
 from fairseq_sparse.cli import head_importance as cli
-from fairseq_sparse.modules.head_gates import masks_from_matrix, set_head_masks
+from fairseq_sparse.modules.head_gates import (check_head_mask, masks_from_matrix, masks_to_matrix, read_head_mask,
+                                               set_head_masks, write_head_mask)
 
 ENV = dict(os.environ, OMP_NUM_THREADS="1")
 # tiny, fast evaluation settings shared by the in-process reference and the console runs
@@ -108,9 +110,9 @@ def test_importance_is_mean_abs_per_sentence_gradient(loaded):
     ids = list(range(8))
     one_by_one = [_batch(task, "valid", [i]) for i in ids]
     in_fours = [_batch(task, "valid", ids[:4]), _batch(task, "valid", ids[4:])]
-    exact_b1, info1 = hi.head_importance(model, one_by_one, per_sentence=False, normalize=False)
-    exact_b4, info4 = hi.head_importance(model, in_fours, per_sentence=True, normalize=False)
-    approx_b4, _ = hi.head_importance(model, in_fours, per_sentence=False, normalize=False)
+    exact_b1, info1 = hi.head_importance(model, one_by_one, per_sentence=False, normalise=False)
+    exact_b4, info4 = hi.head_importance(model, in_fours, per_sentence=True, normalise=False)
+    approx_b4, _ = hi.head_importance(model, in_fours, per_sentence=False, normalise=False)
     assert info1["sentences"] == info4["sentences"] == 8 and info4["batches"] == 2
     # by hand: mean over sentences of |dL(x)/dxi_h|
     by_hand = {k: torch.zeros(n) for k, n in hi.head_layout(model).items()}
@@ -129,14 +131,14 @@ def test_importance_is_mean_abs_per_sentence_gradient(loaded):
 # (b) per-layer l2 normalisation
 
 
-def test_normalize_by_layer_gives_unit_rows(loaded):
+def test_normalise_by_layer_gives_unit_rows(loaded):
     model, task = _fresh(loaded)
-    imp, info = hi.head_importance(model, [_batch(task, "valid", list(range(6)))], normalize=True)
+    imp, info = hi.head_importance(model, [_batch(task, "valid", list(range(6)))], normalise=True)
     for k, v in imp.items():
         assert abs(float(v.norm()) - 1.0) < 1e-5, k
         raw = info["raw"][k]
         torch.testing.assert_close(v, raw / raw.norm())
-    pure = hi.normalize_by_layer({("enc", 0): torch.tensor([3.0, 4.0]), ("dec", 0): torch.zeros(2),
+    pure = hi.normalise_by_layer({("enc", 0): torch.tensor([3.0, 4.0]), ("dec", 0): torch.zeros(2),
                                   ("encdec", 0): torch.zeros(0)})
     torch.testing.assert_close(pure[("enc", 0)], torch.tensor([0.6, 0.8]))
     assert pure[("dec", 0)].tolist() == [0.0, 0.0] and pure[("encdec", 0)].numel() == 0
@@ -168,7 +170,7 @@ def test_masking_none_is_the_model_and_masking_a_head_changes_it(loaded):
         assert float((out(model) - base).abs().max()) > 1e-3, key
     # a mask of the wrong shape is refused
     with pytest.raises(ValueError, match="heads"):
-        hi.check_mask_matrix({"enc": [[1, 1, 1], [1, 1, 1, 1]]}, layout)
+        check_head_mask({"enc": [[1, 1, 1], [1, 1, 1, 1]]}, layout)
     set_head_masks(model, None)
 
 
@@ -221,12 +223,12 @@ def test_pruning_order_and_ten_percent_steps():
     # mask JSON round trip
     layout = {k: 4 for k in IMP}
     masks = hi.pruning_schedule(IMP, 0.1)[2]["masks"]  # 3 heads: enc 1/2, enc 0/1, dec 0/2
-    matrix = hi.masks_to_matrix(masks, layout)
+    matrix = masks_to_matrix(masks, layout)
     assert matrix == {"enc": [[1, 0, 1, 1], [1, 1, 0, 1]], "dec": [[1, 1, 0, 1]], "encdec": [[1, 1, 1, 1]]}
-    back = hi.check_mask_matrix(json.loads(json.dumps(matrix)), layout)
+    back = check_head_mask(json.loads(json.dumps(matrix)), layout)
     assert all(torch.equal(back[k], masks[k]) for k in layout)
     with pytest.raises(ValueError, match="unknown attention type"):
-        hi.check_mask_matrix({"cross": [[1, 1, 1, 1]]}, layout)
+        check_head_mask({"cross": [[1, 1, 1, 1]]}, layout)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -338,3 +340,98 @@ def test_bad_input_errors(case, corpus, stock_transformer_ckpt, tmp_path, capsys
     assert e.value.code == 2
     assert expect in capsys.readouterr().err
     assert not out.exists() and not mask.exists()
+
+
+# ----------------------------------------------------------------------------------------------
+# (g) one head mask format: values in [0, 1], finite, right shapes; outputs never replaced silently
+
+LAYOUT = {("enc", 0): 2, ("enc", 1): 2, ("dec", 0): 2, ("encdec", 0): 2}
+
+
+@pytest.mark.parametrize("row, bad", [([2, -1], "2"), ([1, -1], "-1"), ([float("nan"), 1], "nan"),
+                                      ([float("inf"), 1], "inf"), ([True, 1], "True"), (["1", 1], "'1'")])
+def test_head_mask_values_must_be_numbers_in_unit_interval(row, bad, tmp_path):
+    matrix = {"enc": [[1, 1], row]}
+    with pytest.raises(ValueError, match=rf"enc layer 1 has the value {bad}.*number in \[0, 1\]"):
+        check_head_mask(matrix, LAYOUT)
+    path = tmp_path / "mask.json"
+    path.write_text(json.dumps(matrix))  # NaN and Infinity as JSON extensions, as Python writes them
+    with pytest.raises(ValueError, match=re.escape(f"{path}: head mask for enc layer 1 has the value {bad}")):
+        read_head_mask(str(path))
+    with pytest.raises(ValueError, match="number in"):
+        write_head_mask(str(tmp_path / "out.json"), matrix)
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_head_mask_malformed_files_give_value_errors(tmp_path):
+    cases = {"missing.json": (None, "no such file"), "bad.json": ("{enc: [[1, 1]]", "not valid JSON"),
+             "list.json": ("[[1, 1]]", "must be a JSON object"), "type.json": ('{"cross": [[1, 1]]}', "unknown attention type"),
+             "rows.json": ('{"enc": 1}', "list of rows"), "row.json": ('{"enc": [1, 1]}', "enc layer 0 must be a list"),
+             "value.json": ('{"enc": [[1, null]]}', "has the value None")}
+    for name, (text, expect) in cases.items():
+        if text is not None:
+            (tmp_path / name).write_text(text)
+        with pytest.raises(ValueError, match=expect) as e:
+            read_head_mask(str(tmp_path / name))
+        assert str(tmp_path / name) in str(e.value)
+    for matrix, expect in [({"enc": [1, 1]}, "must be a list"), ({"enc": [[1, 1]]}, "1 rows, the model has 2"),
+                           ({"enc": [[1, 1], [1, 1, 1]]}, "has 3 values, the layer has 2 heads"), ([1], "JSON object")]:
+        with pytest.raises(ValueError, match=expect):
+            check_head_mask(matrix, LAYOUT)
+    # a good mask: written, read back and checked; omitted types are all ones, fractions stay
+    matrix = {"enc": [[1, 0], [0.5, 1]], "encdec": [[0, 0]]}
+    write_head_mask(str(tmp_path / "good.json"), matrix)
+    masks = check_head_mask(read_head_mask(str(tmp_path / "good.json")), LAYOUT)
+    assert {k: v.tolist() for k, v in masks.items()} == {("enc", 0): [1.0, 0.0], ("enc", 1): [0.5, 1.0],
+                                                         ("dec", 0): [1.0, 1.0], ("encdec", 0): [0.0, 0.0]}
+    assert masks_to_matrix(masks, LAYOUT) == {"enc": [[1, 0], [0.5, 1]], "dec": [[1, 1]], "encdec": [[0, 0]]}
+
+
+@pytest.mark.parametrize("mask", [{"enc": [[2, -1, 1, 1], [1, 1, 1, 1]]}, {"enc": [[float("nan"), 1, 1, 1], [1, 1, 1, 1]]},
+                                  {"enc": [[1, 1, 1, 1], "1111"]}, {"dec": [[1, 1, 1, {"x": 1}], [1, 1, 1, 1]]}])
+def test_heads_evaluate_refuses_bad_mask_values(mask, corpus, stock_transformer_ckpt, tmp_path, capsys, monkeypatch):
+    path = tmp_path / "mask.json"
+    path.write_text(json.dumps(mask))
+    monkeypatch.setattr(cli, "Session", None)  # refused before anything is loaded
+    with pytest.raises(SystemExit) as e:
+        cli.main(["evaluate", corpus["bin"], "--path", stock_transformer_ckpt, "--head-mask", str(path),
+                  "--output-dir", str(tmp_path / "out")] + EVAL)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--head-mask: head mask {path}: head mask for " in err and ("number in [0, 1]" in err or "must be a list" in err)
+    assert not (tmp_path / "out").exists()
+
+
+def test_existing_outputs_are_refused_without_overwrite(corpus, stock_transformer_ckpt, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "importance.tsv").write_text("old\n")
+    (tmp_path / "mask.json").write_text("old\n")
+    base = ["importance", corpus["bin"], "--path", stock_transformer_ckpt, "--output-dir", str(out)]
+    monkeypatch.setattr(cli, "Session", None)  # refused before anything is loaded
+    for argv, expect in [(base, f"{out / 'importance.tsv'} exists; pass --overwrite"),
+                         (["importance", corpus["bin"], "--path", stock_transformer_ckpt, "--output-dir",
+                           str(tmp_path / "new"), "--write-mask", str(tmp_path / "mask.json"), "--prune-fraction", "0.5"],
+                          "--write-mask: " + str(tmp_path / "mask.json") + " exists"),
+                         (base + ["--overwrite", "--write-mask", stock_transformer_ckpt, "--prune-fraction", "0.5"],
+                          "is an input of this command")]:
+        with pytest.raises(SystemExit) as e:
+            cli.main(argv)
+        assert e.value.code == 2 and expect in capsys.readouterr().err
+    assert (out / "importance.tsv").read_text() == "old\n" and (tmp_path / "mask.json").read_text() == "old\n"
+    assert sorted(os.listdir(out)) == ["importance.tsv"] and not (tmp_path / "new").exists()
+
+
+def test_prune_curve_checks_every_checkpoint_first(corpus, stock_transformer_ckpt, tmp_path, capsys, monkeypatch):
+    good, broken = tmp_path / "a.pt", tmp_path / "broken.pt"
+    data = open(stock_transformer_ckpt, "rb").read()
+    good.write_bytes(data)
+    broken.write_bytes(data[: len(data) // 2])  # truncated, e.g. by a full disk
+    monkeypatch.setattr(cli, "Session", None)  # refused before the first checkpoint is loaded
+    with pytest.raises(SystemExit) as e:
+        cli.main(["prune-curve", corpus["bin"], "--checkpoints", str(good), str(broken), "--output-dir",
+                  str(tmp_path / "out")] + EVAL)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--checkpoints: cannot read {broken}" in err and "truncated or corrupt" in err
+    assert not (tmp_path / "out").exists()

@@ -1,9 +1,10 @@
-"""Head importance, ablation and importance-ordered pruning (paper 003: Michel et al. 2019,
+"""Head importance, ablation and importance-ordered pruning (Michel, Levy & Neubig 2019,
 "Are Sixteen Heads Really Better than One?").
 
 Pure functions on a fairseq encoder-decoder transformer (stock ``transformer`` or this plugin's
-models, physically pruned ones included); the console tool is :mod:`fairseq_sparse.cli.head_importance`.
-Heads are masked with the mask variables xi_h of paper 003 Sec. 2.3 (``set_head_masks`` of
+models, physically pruned ones included); the console tool is :mod:`fairseq_sparse.cli.head_importance`,
+the head mask format (read, validate, write) lives in :mod:`fairseq_sparse.modules.head_gates`.
+Heads are masked with the mask variables xi_h of Michel et al. (2019) Sec. 2.3 (``set_head_masks`` of
 :mod:`fairseq_sparse.modules.head_gates`): MHAtt(x, q) = sum_h xi_h Att_h(x, q).
 
 Importance (Sec. 4.1, Eq. 2): I_h = E_{x ~ X} |dL(x) / dxi_h| at xi = 1 (the full model), where
@@ -20,7 +21,7 @@ forced, model in eval mode: no dropout, no label smoothing). The expectation is 
   sentence and, for larger batches, a lower bound of the exact value (triangle inequality), as in the
   paper authors' code, which takes |.| of the gradient of each batch's loss.
 
-With ``normalize_by_layer`` (paper: "we normalize the importance scores by layer (using the l2
+With ``normalise_by_layer`` (paper: "we normalize the importance scores by layer (using the l2
 norm)") each layer's vector (I_h)_h is divided by its l2 norm.
 
 BLEU: generation with fairseq's SequenceGenerator (``task.build_generator``), hypotheses and
@@ -33,23 +34,18 @@ from collections import OrderedDict
 from contextlib import contextmanager
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
-from .modules.head_gates import (ATTENTION_TYPES, HeadKey, HeadlessAttention, attention_modules,
-                                 enable_head_scaling, head_ids, set_head_masks)
+from ..modules.head_gates import (ATTENTION_TYPES, HeadKey, HeadlessAttention, attention_modules,
+                                  enable_head_scaling, head_ids, head_layout, masks_to_matrix, set_head_masks)
 
 LossFn = Callable[[torch.nn.Module, dict], Tensor]
 
 
 # ----------------------------------------------------------------------------------------------
 # layout and masks
-
-
-def head_layout(model) -> "OrderedDict[HeadKey, int]":
-    """Current number of heads of every attention layer, keyed (type, layer), in model order."""
-    return OrderedDict((k, 0 if isinstance(m, HeadlessAttention) else int(m.num_heads))
-                       for k, m in attention_modules(model).items())
 
 
 def original_head_ids(model) -> "OrderedDict[HeadKey, List[int]]":
@@ -63,45 +59,8 @@ def full_masks(layout: Dict[HeadKey, int], value: float = 1.0, device=None) -> D
     return {k: torch.full((n,), float(value), device=device) for k, n in layout.items()}
 
 
-def masks_to_matrix(masks: Dict[HeadKey, Tensor], layout: Dict[HeadKey, int]) -> Dict[str, List[List[float]]]:
-    """{(type, layer): tensor} -> the head mask JSON {"enc": [[1, 0, ...], ...], ...} (all layers listed)."""
-    matrix: Dict[str, List[List[float]]] = {}
-    for key, n in layout.items():
-        m = masks.get(key)
-        row = [1.0] * n if m is None else [float(v) for v in m.detach().cpu().tolist()]
-        matrix.setdefault(key[0], []).append([int(v) if v in (0.0, 1.0) else v for v in row])
-    return matrix
-
-
-def check_mask_matrix(matrix, layout: Dict[HeadKey, int]) -> Dict[HeadKey, Tensor]:
-    """Validate a head mask JSON object against a model's layout; returns {(type, layer): mask}.
-
-    Omitted attention types are all ones. Raises ValueError with a readable message on an unknown
-    type, a wrong number of layers or heads, or a value that is not a finite number.
-    """
-    if not isinstance(matrix, dict):
-        raise ValueError("head mask must be a JSON object {\"enc\": [[...], ...], \"dec\": ..., \"encdec\": ...}")
-    masks = {}
-    for t, rows in matrix.items():
-        if t not in ATTENTION_TYPES:
-            raise ValueError(f"unknown attention type {t!r} in head mask; choose from {', '.join(ATTENTION_TYPES)}")
-        keys = [k for k in layout if k[0] == t]
-        if not isinstance(rows, list) or len(rows) != len(keys):
-            n = len(rows) if isinstance(rows, list) else "no list of"
-            raise ValueError(f"head mask for '{t}' has {n} rows, the model has {len(keys)} {t} layers")
-        for key, row in zip(keys, rows):
-            if not isinstance(row, list) or len(row) != layout[key]:
-                n = len(row) if isinstance(row, list) else "no list of"
-                raise ValueError(f"head mask for {t} layer {key[1]} has {n} values, the layer has {layout[key]} heads")
-            for v in row:
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                    raise ValueError(f"head mask for {t} layer {key[1]} has a value that is not a number: {v!r}")
-            masks[key] = torch.tensor([float(v) for v in row])
-    return masks
-
-
 # ----------------------------------------------------------------------------------------------
-# importance (paper 003 Sec. 4.1)
+# importance (Michel et al. 2019, Sec. 4.1)
 
 
 def sentence_nll(model, sample) -> Tensor:
@@ -196,18 +155,18 @@ def mask_gradients(model, sample, loss_fn: LossFn = sentence_nll, per_sentence: 
     return grads, losses.detach()
 
 
-def normalize_by_layer(importance: Dict[HeadKey, Tensor], eps: float = 1e-20) -> Dict[HeadKey, Tensor]:
-    """Divide each layer's importance vector by its l2 norm (paper 003 Sec. 4.1); all-zero layers stay 0."""
+def normalise_by_layer(importance: Dict[HeadKey, Tensor], eps: float = 1e-20) -> Dict[HeadKey, Tensor]:
+    """Divide each layer's importance vector by its l2 norm (Michel et al. 2019, Sec. 4.1); all-zero layers stay 0."""
     return {k: v / (v.norm(p=2) + eps) if v.numel() else v.clone() for k, v in importance.items()}
 
 
 def head_importance(model, batches: Iterable[dict], loss_fn: LossFn = sentence_nll, per_sentence: bool = True,
-                    normalize: bool = True, progress: Optional[Callable[[Iterable], Iterable]] = None
+                    normalise: bool = True, progress: Optional[Callable[[Iterable], Iterable]] = None
                     ) -> Tuple[Dict[HeadKey, Tensor], dict]:
-    """I_h = E_x |dL(x)/dxi_h| (paper 003 Eq. 2) over the sentences of ``batches`` (fairseq samples).
+    """I_h = E_x |dL(x)/dxi_h| (Michel et al. 2019, Eq. 2) over the sentences of ``batches`` (fairseq samples).
 
     Returns ({(type, layer): importance per current head} (l2-normalised per layer when
-    ``normalize``), info) where info holds ``raw`` (unnormalised), ``sentences``, ``batches``,
+    ``normalise``), info) where info holds ``raw`` (unnormalised), ``sentences``, ``batches``,
     ``loss`` (mean L(x)) and the averaging mode. See the module docstring for what is averaged.
     The model is put in eval mode; no parameter gets a gradient.
     """
@@ -235,12 +194,12 @@ def head_importance(model, batches: Iterable[dict], loss_fn: LossFn = sentence_n
         raise ValueError("no sentences to estimate head importance on")
     raw = {k: (v / n_sent).float() for k, v in total.items()}
     info = {"raw": raw, "sentences": n_sent, "batches": n_batches, "loss": loss_sum / n_sent,
-            "averaging": "per_sentence" if per_sentence else "per_batch", "normalized_by_layer": normalize}
-    return (normalize_by_layer(raw) if normalize else raw), info
+            "averaging": "per_sentence" if per_sentence else "per_batch", "normalized_by_layer": normalise}
+    return (normalise_by_layer(raw) if normalise else raw), info
 
 
 # ----------------------------------------------------------------------------------------------
-# pruning order and levels (paper 003 Sec. 4.2, 5, 6)
+# pruning order and levels (Michel et al. 2019, Sec. 4.2, 5, 6)
 
 
 def pruning_order(importance: Dict[HeadKey, Tensor], types: Optional[Sequence[str]] = None) -> List[Tuple[HeadKey, int]]:
@@ -433,7 +392,7 @@ def paired_bootstrap(refs: Sequence[str], baseline: Sequence[str], systems: Sequ
 
 def ablate_heads(evaluator: BleuEvaluator, layout: Dict[HeadKey, int], types: Sequence[str] = ATTENTION_TYPES,
                  n_bootstrap: int = 1000, alpha: float = 0.01, progress=None) -> Tuple[dict, List[dict]]:
-    """Paper 003 Sec. 3.2: each head masked alone (xi_h = 0, all others 1).
+    """Michel et al. (2019) Sec. 3.2: each head masked alone (xi_h = 0, all others 1).
 
     Returns (base result, rows with type, layer, head, bleu, delta, p_value, significant);
     ``n_bootstrap=0`` skips the significance test (p_value None)."""
@@ -458,7 +417,7 @@ def ablate_heads(evaluator: BleuEvaluator, layout: Dict[HeadKey, int], types: Se
 def keep_one_per_layer(evaluator: BleuEvaluator, layout: Dict[HeadKey, int], types: Sequence[str] = ATTENTION_TYPES,
                        importance: Optional[Dict[HeadKey, Tensor]] = None, select: str = "bleu",
                        n_bootstrap: int = 1000, alpha: float = 0.01, progress=None) -> Tuple[dict, List[dict]]:
-    """Paper 003 Sec. 3.3 / Table 2: each layer reduced to one head, all other layers intact.
+    """Michel et al. (2019) Sec. 3.3 / Table 2: each layer reduced to one head, all other layers intact.
 
     ``select="bleu"`` (the paper's "best head"): every head of the layer is tried as the only one kept
     and the best BLEU is reported (ties: the lower head index); ``select="importance"``: the layer's
@@ -493,7 +452,7 @@ def keep_one_per_layer(evaluator: BleuEvaluator, layout: Dict[HeadKey, int], typ
 
 def prune_curve(evaluator: BleuEvaluator, importance: Dict[HeadKey, Tensor], types: Optional[Sequence[str]] = None,
                 step: float = 0.1, min_heads_per_layer: int = 0, progress=None) -> List[dict]:
-    """Paper 003 Sec. 4.2 / 5: BLEU while pruning ``step`` of the heads of ``types`` at a time, in order
+    """Michel et al. (2019) Sec. 4.2 / 5: BLEU while pruning ``step`` of the heads of ``types`` at a time, in order
     of increasing importance (computed once, on the full model). One row per level; unreachable
     levels (``min_heads_per_layer``) have ``bleu`` None."""
     rows = []
@@ -512,9 +471,140 @@ def prune_curve(evaluator: BleuEvaluator, importance: Dict[HeadKey, Tensor], typ
 
 
 def ablation_order_scores(layout: Dict[HeadKey, int], ablation_rows: Sequence[dict]) -> Dict[HeadKey, Tensor]:
-    """Scores for pruning by "individual oracle performance difference" (paper 003 Fig. 3, dashed):
+    """Scores for pruning by "individual oracle performance difference" (Michel et al. 2019, Fig. 3, dashed):
     -delta BLEU of masking the head alone, so heads whose removal costs least (or helps) go first."""
     scores = {k: torch.zeros(n) for k, n in layout.items()}
     for row in ablation_rows:
         scores[(row["type"], row["layer"])][row["head"]] = -float(row["delta"])
     return scores
+
+
+def types_of(modes: Sequence[str]) -> Tuple[str, ...]:
+    """Attention types of a pruning mode ("all", "enc", "dec", "encdec") or of a list of modes."""
+    modes = [modes] if isinstance(modes, str) else list(modes)
+    return ATTENTION_TYPES if "all" in modes else tuple(modes)
+
+
+def pruning_mask(importance: Dict[HeadKey, Tensor], layout: Dict[HeadKey, int], fraction: float,
+                 types: Sequence[str] = ATTENTION_TYPES, min_heads_per_layer: int = 0) -> dict:
+    """The head mask of ``fraction`` of the heads of ``types``, least important first (Michel et al. 2019,
+    Sec. 4.2): {"matrix": head mask JSON object, "pruned", "skipped": [(key, head)], "n_total"}."""
+    total = sum(n for k, n in layout.items() if k[0] in types)
+    pruned, skipped = select_pruned(importance, heads_to_prune(fraction, total), types, min_heads_per_layer)
+    return {"matrix": masks_to_matrix(masks_without(layout, pruned), layout), "pruned": pruned,
+            "skipped": skipped, "n_total": total}
+
+
+def mask_shortfall(layout: Dict[HeadKey, int], fraction: float, types: Sequence[str] = ATTENTION_TYPES,
+                   min_heads_per_layer: int = 0) -> Optional[Tuple[int, int, int]]:
+    """None if ``fraction`` of the heads of ``types`` can be masked while every layer keeps
+    ``min_heads_per_layer`` heads, else (heads asked for, heads of ``types``, heads that can go)."""
+    total = sum(n for k, n in layout.items() if k[0] in types)
+    n, can = heads_to_prune(fraction, total), prunable_heads(layout, types, min_heads_per_layer)
+    return (n, total, can) if n > can else None
+
+
+def pruning_curves(evaluator: BleuEvaluator, importance: Dict[HeadKey, Tensor], layout: Dict[HeadKey, int],
+                   modes: Sequence[str], orders: Sequence[str] = ("importance",), step: float = 0.1,
+                   min_heads_per_layer: int = 0, progress=None) -> Tuple[float, List[dict]]:
+    """Michel et al. (2019) Sec. 4.2, 5, 6: the :func:`prune_curve` of every mode ("all" or one type) and
+    order ("importance": I_h; "ablation": the BLEU delta of masking each head alone, Fig. 3 dashed) of one
+    model. ``progress``: None or label -> iterable wrapper. Returns (unpruned BLEU, [{"mode", "order",
+    "rows"}]); each row also gets ``relative``, its BLEU over the unpruned BLEU (None if unreachable)."""
+    def wrap(label):
+        return None if progress is None else progress(label)
+
+    base = evaluator.evaluate(full_masks(layout))["bleu"]
+    scores = {"importance": importance}
+    if "ablation" in orders:
+        _, abl = ablate_heads(evaluator, layout, types_of(modes), n_bootstrap=0, progress=wrap("ablate"))
+        scores["ablation"] = ablation_order_scores(layout, abl)
+    curves = []
+    for mode in modes:
+        for order in orders:
+            rows = prune_curve(evaluator, scores[order], types_of(mode), step, min_heads_per_layer,
+                               progress=wrap(f"prune-curve {mode}/{order}"))
+            for r in rows:
+                r["relative"] = None if r["bleu"] is None else (r["bleu"] / base if base > 0 else float("nan"))
+            curves.append({"mode": mode, "order": order, "rows": rows})
+    return base, curves
+
+
+def curve_table(curves: Sequence[dict]) -> List[dict]:
+    """One row per curve and pruning level: checkpoint (the curve's label), mode, order and the level's
+    values."""
+    return [{"checkpoint": c["label"], "mode": c["mode"], "order": c["order"], **r} for c in curves for r in c["rows"]]
+
+
+# ----------------------------------------------------------------------------------------------
+# tables and [layers x heads] matrices of the results
+
+
+def importance_rows(importance: Dict[HeadKey, Tensor], raw: Dict[HeadKey, Tensor],
+                    ids: Dict[HeadKey, List[int]]) -> List[dict]:
+    """One row per head: type, layer, head (current position), head_id (original index), importance,
+    importance_raw and prune_rank (its place in :func:`pruning_order`)."""
+    order = {kh: r for r, kh in enumerate(pruning_order(importance))}
+    return [{"type": key[0], "layer": key[1], "head": h, "head_id": ids[key][h], "importance": float(v[h]),
+             "importance_raw": float(raw[key][h]), "prune_rank": order[(key, h)]}
+            for key, v in importance.items() for h in range(v.numel())]
+
+
+def importance_record(importance: Dict[HeadKey, Tensor], info: dict, ids: Dict[HeadKey, List[int]]) -> dict:
+    """The importance scores of :func:`head_importance` as plain lists per type (rows = layers)."""
+    def by_type(d):
+        return {t: [d[k] if isinstance(d[k], list) else d[k].tolist() for k in d if k[0] == t]
+                for t in ATTENTION_TYPES if any(k[0] == t for k in d)}
+
+    return {"sentences": info["sentences"], "batches": info["batches"], "mean_sentence_loss": info["loss"],
+            "averaging": info["averaging"], "normalized_by_layer": info["normalized_by_layer"],
+            "importance": by_type(importance), "importance_raw": by_type({k: info["raw"][k] for k in importance}),
+            "head_ids": by_type(ids), "heads": importance_rows(importance, info["raw"], ids)}
+
+
+def head_matrix(values: Dict[Tuple[HeadKey, int], object], ids: Dict[HeadKey, List[int]], t: str,
+                fill=np.nan) -> np.ndarray:
+    """[layers x original heads] array of attention type ``t`` from {(key, current head): value}; ``fill``
+    where a head is absent (physically pruned) or has no value."""
+    keys = [k for k in ids if k[0] == t]
+    n_cols = max([max(ids[k]) + 1 for k in keys if ids[k]] + [1])
+    m = np.full((len(keys), n_cols), fill, dtype=float if isinstance(fill, float) else object)
+    for i, k in enumerate(keys):
+        for pos, hid in enumerate(ids[k]):
+            v = values.get((k, pos))
+            if v is not None:
+                m[i, hid] = v
+    return m
+
+
+def _delta_text(row: dict) -> str:
+    return f"{row['delta']:+.2f}" + ("*" if row["significant"] else "")
+
+
+def ablation_matrix(rows: Sequence[dict], ids: Dict[HeadKey, List[int]], t: str) -> Tuple[np.ndarray, np.ndarray]:
+    """(BLEU deltas, cell texts "+0.12*" with * = significant) of the :func:`ablate_heads` rows of type ``t``
+    as [layers x original heads] arrays."""
+    sel = [r for r in rows if r["type"] == t]
+    vals = head_matrix({((t, r["layer"]), r["head"]): r["delta"] for r in sel}, ids, t)
+    text = head_matrix({((t, r["layer"]), r["head"]): _delta_text(r) for r in sel}, ids, t, fill="")
+    return vals, text
+
+
+def keep_one_matrix(rows: Sequence[dict]) -> Tuple[np.ndarray, np.ndarray, List[str]]:
+    """(BLEU deltas, cell texts "+0.12* (h3)", types) of the :func:`keep_one_per_layer` rows (with
+    ``kept_head_id``) as [layers x attention types] arrays."""
+    types = [t for t in ATTENTION_TYPES if any(r["type"] == t for r in rows)]
+    n_layers = max(r["layer"] for r in rows) + 1 if rows else 0
+    m = np.full((n_layers, len(types)), np.nan)
+    text = np.full(m.shape, "", dtype=object)
+    for r in rows:
+        j = types.index(r["type"])
+        m[r["layer"], j] = r["delta"]
+        text[r["layer"], j] = f"{_delta_text(r)} (h{r['kept_head_id']})"
+    return m, text, types
+
+
+def symmetric_limit(values: np.ndarray) -> float:
+    """max |value| of the finite values (at least 1e-6): the colour range of a diverging heat map."""
+    finite = np.isfinite(values)
+    return max(float(np.abs(values[finite]).max()) if finite.any() else 0.0, 1e-6)

@@ -117,3 +117,25 @@ def head_function_maps(confidence, n_functions, cell_text, confidence_path: str,
     head_heatmap(n_functions, function_path,
                  "Function of encoder heads (p: positional, rare, rel> head->dep, rel< dep->head)",
                  "number of functions", cell_text=cell_text, vmin=0.0, vmax=max(3.0, top), cmap="Greens")
+
+
+# ------------------------------------------------------------------------------------------------
+# head importance (Michel et al. 2019): BLEU against the share of heads pruned, Figs. 3-5
+
+
+def line_plot(series, path: str, title: str, xlabel: str, ylabel: str) -> str:
+    """Save one line per (label, xs, ys) of ``series`` as a PNG at ``path`` (None / NaN y values left out)."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for label, xs, ys in series:
+        pts = [(x, y) for x, y in zip(xs, ys) if y is not None and not (isinstance(y, float) and np.isnan(y))]
+        if pts:
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3, label=label)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

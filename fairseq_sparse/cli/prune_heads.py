@@ -6,9 +6,9 @@
     fairseq-sparse-prune-heads --path stock/checkpoint_best.pt --head-mask mask.json --output pruned.pt
 
 Gate values between 0 and 1 (and mask values) are folded into the kept heads' output-projection
-columns, so the exported model computes what the gated / masked model computed (paper 001: at test
-time the gated model is a standard Transformer with a subset of heads; paper 003 Sec. 4.2: actually
-pruning the heads, not just masking, is what makes it faster). Layers may keep different numbers of
+columns, so the exported model computes what the gated / masked model computed (Voita et al. 2019: at
+test time the gated model is a standard Transformer with a subset of heads; Michel et al. 2019, Sec. 4.2:
+actually pruning the heads, not just masking, is what makes it faster). Layers may keep different numbers of
 heads; the kept head ids go into the checkpoint's model args (``--kept-heads``), so plain
 ``fairseq-generate --user-dir fairseq_sparse --path pruned.pt`` builds the smaller model. A stock
 ``transformer`` checkpoint is exported as ``transformer_head_gates`` without gates.
@@ -17,16 +17,19 @@ import argparse
 import json
 import logging
 import os
-import sys
 
 from fairseq import checkpoint_utils, tasks
 
+from ..modules.head_gates import ATTENTION_TYPES, check_head_mask, head_layout, read_head_mask
+from . import common
+
 logger = logging.getLogger("fairseq_sparse.prune_heads")
+PROG = "fairseq-sparse-prune-heads"
 
 
 def get_parser():
     p = argparse.ArgumentParser(
-        prog="fairseq-sparse-prune-heads",
+        prog=PROG,
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="\n\n".join(__doc__.split("\n\n")[1:]),
@@ -34,14 +37,15 @@ def get_parser():
     p.add_argument("--path", required=True, metavar="CKPT", help="checkpoint to prune")
     p.add_argument("--output", required=True, metavar="FILE", help="where to write the pruned checkpoint")
     p.add_argument("--head-mask", metavar="JSON", help="head mask {\"enc\": [[1, 0, ...], ...], \"dec\": ..., "
-                   "\"encdec\": ...}: heads with value 0 are removed, other values are folded into the weights; "
+                   "\"encdec\": ...} of values in [0, 1]: heads with value 0 are removed, other values are folded "
+                   "into the weights; "
                    "without it, heads whose gate g_hat is 0 are removed (the model must have head gates)")
     p.add_argument("--min-heads-per-layer", type=int, default=0, metavar="N",
                    help="refuse to prune a layer below N heads (default 0: a layer may lose every head and then "
                         "outputs its constant output-projection bias)")
     p.add_argument("--data", metavar="DIR", help="data directory with the dictionaries, if the checkpoint's is gone")
     p.add_argument("--user-dir", help="ignored (the plugin imports itself); accepted for symmetry with fairseq")
-    p.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
+    common.add_overwrite_arg(p)  # never lets --output replace --path
     return p
 
 
@@ -59,23 +63,13 @@ def load(path, data=None):
     return model, state
 
 
-def read_mask(path):
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"--head-mask: no such file: {path}")
-    with open(path) as f:
-        try:
-            return json.load(f)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"--head-mask {path} is not valid JSON: {e}") from None
-
-
-def heads_to_keep(model, mask_matrix=None):
-    """(type, layer) -> positions of the heads that stay: value > 0 under the mask, or g_hat > 0."""
-    from ..modules.head_gates import attention_modules, gate_values, masks_from_matrix, set_head_masks
+def heads_to_keep(model, masks=None):
+    """(type, layer) -> positions of the heads that stay: value > 0 under the head masks, or g_hat > 0."""
+    from ..modules.head_gates import attention_modules, gate_values, set_head_masks
 
     modules = attention_modules(model)
-    if mask_matrix is not None:
-        set_head_masks(model, masks_from_matrix(model, mask_matrix))
+    if masks is not None:
+        set_head_masks(model, masks)
     elif not any(getattr(m, "head_gates", None) is not None for m in modules.values()):
         raise ValueError("the model has no head gates: pass --head-mask to say which heads to remove")
     return {key: [h for h, v in enumerate(values.tolist()) if v > 0] for key, values in gate_values(model).items()}
@@ -100,38 +94,56 @@ def set_model_arg(model_cfg, name, value):
         setattr(model_cfg, name, value)
 
 
-def main(argv=None):
-    parser = get_parser()
-    args = parser.parse_args(argv)
-    if not os.path.exists(args.path):
-        parser.error(f"checkpoint not found: {args.path}")
-    if os.path.exists(args.output) and not args.overwrite:
-        parser.error(f"{args.output} exists; pass --overwrite to replace it")
-    if not os.path.isdir(os.path.dirname(os.path.abspath(args.output))):
-        parser.error(f"directory of --output does not exist: {args.output}")
+def kept_heads_path(output):
+    """The JSON of the kept head ids written next to the exported checkpoint."""
+    return os.path.splitext(output)[0] + ".kept_heads.json"
+
+
+def validate(args):
+    """Every check before the model is loaded: options, the checkpoint (complete, readable), the head mask
+    (well-formed, values in [0, 1]), the outputs (never the input checkpoint, existing ones only with
+    --overwrite). Returns the head mask JSON object or None."""
     if args.min_heads_per_layer < 0:
-        parser.error("--min-heads-per-layer must be >= 0")
-    logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", level=logging.INFO,
-                        stream=sys.stderr)
-    import fairseq_sparse  # noqa: F401  (registers our models before the checkpoint is read)
-    from ..modules.head_gates import attention_modules, prune_heads
+        raise common.ToolError("--min-heads-per-layer must be >= 0")
+    common.check_checkpoint_file(args.path)
+    if args.data is not None:
+        common.check_data_dir(args.data, "--data")
+    outputs = [("--output", args.output), ("--output (its kept heads)", kept_heads_path(args.output))]
+    common.check_output_files(outputs, args.overwrite, inputs=[args.path, args.head_mask])
+    if args.head_mask is None:
+        return None
+    try:
+        return read_head_mask(args.head_mask)
+    except ValueError as e:
+        raise common.ToolError(f"--head-mask: {e}") from None
+
+
+def select_heads(model, args, matrix):
+    """Head positions to keep per layer: from the head mask JSON object ``matrix`` of ``--head-mask``, or from
+    the gates if None; at least ``--min-heads-per-layer`` per layer."""
+    from ..modules.head_gates import attention_modules
 
     try:
-        mask = read_mask(args.head_mask) if args.head_mask else None
-        model, state = load(args.path, args.data)
-        keep = heads_to_keep(model, mask)
-        modules = attention_modules(model)
-        for key, heads in keep.items():
-            if len(heads) < min(args.min_heads_per_layer, modules[key].num_heads):
-                raise ValueError(f"{key[0]} layer {key[1]} would keep {len(heads)} heads, fewer than "
-                                 f"--min-heads-per-layer {args.min_heads_per_layer}")
-    except (ValueError, FileNotFoundError) as e:
-        parser.error(str(e))
-    before = sum(p.numel() for p in model.parameters())
-    heads_before = {k: m.num_heads for k, m in modules.items()}
-    spec = prune_heads(model, keep, allow_empty_layers=True)
-    after = sum(p.numel() for p in model.parameters())
+        masks = None if matrix is None else check_head_mask(matrix, head_layout(model))
+    except ValueError as e:
+        raise common.ToolError(f"--head-mask: head mask {args.head_mask}: {e}") from None
+    try:
+        keep = heads_to_keep(model, masks)
+    except ValueError as e:
+        raise common.ToolError(str(e)) from None
+    modules = attention_modules(model)
+    for key, heads in keep.items():
+        if len(heads) < min(args.min_heads_per_layer, modules[key].num_heads):
+            raise common.ToolError(f"{key[0]} layer {key[1]} would keep {len(heads)} heads, fewer than "
+                                   f"--min-heads-per-layer {args.min_heads_per_layer}")
+    return keep
 
+
+def export(model, state, keep, output):
+    """Prune ``model`` to ``keep``, put the result into the checkpoint ``state`` and save it to ``output``."""
+    from ..modules.head_gates import prune_heads
+
+    spec = prune_heads(model, keep, allow_empty_layers=True)
     model_cfg = state["cfg"]["model"]
     if not type(model).__module__.startswith("fairseq_sparse."):
         # a stock transformer: our model class builds the pruned shapes from --kept-heads
@@ -141,17 +153,34 @@ def main(argv=None):
     set_model_arg(model_cfg, "head_gates", "")  # gates are folded into the weights
     state["model"] = model.state_dict()
     state["last_optimizer_state"] = None  # shapes changed: a pruned model starts a fresh optimizer
-    save_state(state, args.output)
+    save_state(state, output)
+    common.write_json(kept_heads_path(output), spec)
+    return spec
 
-    total_before, total_after = sum(heads_before.values()), sum(len(v) for v in keep.values())
-    print(f"kept {total_after} of {total_before} heads; parameters {before} -> {after} "
+
+def main(argv=None):
+    args = get_parser().parse_args(argv)
+    try:
+        matrix = validate(args)
+        common.setup_logging()
+        common.import_plugins()  # registers our models before the checkpoint is read
+        try:
+            model, state = load(args.path, args.data)
+        except Exception as e:  # complete but not a fairseq checkpoint, or the dictionaries are gone
+            raise common.ToolError(f"cannot load {args.path}: {type(e).__name__}: {e}") from None
+        keep = select_heads(model, args, matrix)
+    except common.ToolError as e:
+        common.fail(PROG, str(e))
+    before = sum(p.numel() for p in model.parameters())
+    heads_before = sum(head_layout(model).values())
+    spec = export(model, state, keep, args.output)
+    after = sum(p.numel() for p in model.parameters())
+    print(f"kept {sum(len(v) for v in keep.values())} of {heads_before} heads; parameters {before} -> {after} "
           f"({100.0 * (before - after) / before:.1f}% fewer); wrote {args.output}")
-    for t in ("enc", "dec", "encdec"):
+    for t in ATTENTION_TYPES:
         rows = [len(keep[k]) for k in keep if k[0] == t]
         if rows:
             print(f"  {t:6s} heads per layer: {rows}")
-    with open(os.path.splitext(args.output)[0] + ".kept_heads.json", "w") as f:
-        json.dump(spec, f, indent=1)
     return spec
 
 

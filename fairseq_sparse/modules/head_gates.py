@@ -16,6 +16,8 @@ This works on any fairseq attention module, so the tools run on stock ``transfor
 values into ``out_proj``; a layer left with no head outputs the constant ``out_proj.bias``.
 """
 import json
+import math
+import os
 from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -200,19 +202,106 @@ def set_head_masks(model: nn.Module, masks: Optional[Dict[HeadKey, Tensor]]):
             mha.head_mask = None
 
 
-def masks_from_matrix(model: nn.Module, matrix: Dict[str, Sequence[Sequence[float]]]) -> Dict[HeadKey, Tensor]:
-    """{"enc": [[1, 0, 1, 1], ...], ...} (one row per layer, one value per current head) -> masks."""
-    modules = attention_modules(model)
-    masks = {}
+# ------------------------------------------------------------------------------------------------
+# the head mask format: {"enc": [[1, 0, 1, 1], ...], "dec": ..., "encdec": ...}, one row per layer of
+# the type, one value xi_h in [0, 1] per current head (Michel et al. 2019, Eq. 1); omitted types are all
+# ones. The one reader / validator / writer of the prune-heads and importance tools and the benchmark.
+
+
+def head_layout(model: nn.Module) -> "OrderedDict[HeadKey, int]":
+    """Current number of heads of every attention layer, keyed (type, layer), in model order."""
+    return OrderedDict((k, 0 if isinstance(m, HeadlessAttention) else int(m.num_heads))
+                       for k, m in attention_modules(model).items())
+
+
+def _mask_rows(matrix) -> Dict[str, List[Tensor]]:
+    """{type: [mask of layer 0, ...]} of a head mask JSON object; ValueError on anything malformed:
+    not an object, an unknown type, rows that are not lists, values that are not numbers in [0, 1]."""
+    if not isinstance(matrix, dict):
+        raise ValueError("head mask must be a JSON object {\"enc\": [[...], ...], \"dec\": ..., \"encdec\": ...}, "
+                         f"not {type(matrix).__name__}")
+    out = {}
     for t, rows in matrix.items():
         if t not in ATTENTION_TYPES:
-            raise ValueError(f"unknown attention type {t!r} in head mask; choose from {','.join(ATTENTION_TYPES)}")
-        n_layers = sum(1 for k in modules if k[0] == t)
-        if len(rows) != n_layers:
-            raise ValueError(f"head mask for '{t}' has {len(rows)} rows, the model has {n_layers} {t} layers")
-        for i, row in enumerate(rows):
-            masks[(t, i)] = torch.tensor([float(v) for v in row])
+            raise ValueError(f"unknown attention type {t!r} in head mask; choose from {', '.join(ATTENTION_TYPES)}")
+        if not isinstance(rows, list):
+            raise ValueError(f"head mask for '{t}' must be a list of rows (one per layer), not {rows!r}")
+        out[t] = []
+        for layer, row in enumerate(rows):
+            if not isinstance(row, list):
+                raise ValueError(f"head mask for {t} layer {layer} must be a list of values (one per head), not {row!r}")
+            for v in row:
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and 0 <= v <= 1):
+                    raise ValueError(f"head mask for {t} layer {layer} has the value {v!r}: "
+                                     f"every value must be a number in [0, 1]")
+            out[t].append(torch.tensor([float(v) for v in row]))
+    return out
+
+
+def check_head_mask(matrix, layout: Dict[HeadKey, int]) -> "OrderedDict[HeadKey, Tensor]":
+    """Validate a head mask JSON object against a model's layout ({(type, layer): heads}, see
+    :func:`head_layout`); returns {(type, layer): mask} for every layer (omitted types: all ones).
+
+    Raises ValueError naming the type and layer on a malformed object, an unknown type, a value that is
+    not a finite number in [0, 1], or a wrong number of layers or heads.
+    """
+    masks = OrderedDict((k, torch.ones(n)) for k, n in layout.items())
+    for t, rows in _mask_rows(matrix).items():
+        keys = [k for k in layout if k[0] == t]
+        if len(rows) != len(keys):
+            raise ValueError(f"head mask for '{t}' has {len(rows)} rows, the model has {len(keys)} {t} layers")
+        for key, mask in zip(keys, rows):
+            if mask.numel() != layout[key]:
+                raise ValueError(f"wrong shape: head mask for {t} layer {key[1]} has {mask.numel()} values, "
+                                 f"the layer has {layout[key]} heads")
+            masks[key] = mask
     return masks
+
+
+def read_head_mask(path: str) -> dict:
+    """The head mask JSON object in ``path``, checked for everything but the model's shapes (that is
+    :func:`check_head_mask`); ValueError naming the file otherwise."""
+    if not os.path.isfile(path):
+        raise ValueError(f"head mask {path}: no such file")
+    try:
+        with open(path) as f:
+            matrix = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"head mask {path} is not valid JSON: {e}") from None
+    try:
+        _mask_rows(matrix)
+    except ValueError as e:
+        raise ValueError(f"head mask {path}: {e}") from None
+    return matrix
+
+
+def write_head_mask(path: str, matrix: dict) -> str:
+    """Write a head mask JSON object to ``path`` (one line; atomically: a temporary file, then renamed)."""
+    _mask_rows(matrix)
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "w") as f:
+            f.write(json.dumps(matrix) + "\n")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return path
+
+
+def masks_from_matrix(model: nn.Module, matrix) -> "OrderedDict[HeadKey, Tensor]":
+    """A head mask JSON object -> {(type, layer): mask} for ``model`` (:func:`check_head_mask`)."""
+    return check_head_mask(matrix, head_layout(model))
+
+
+def masks_to_matrix(masks: Dict[HeadKey, Tensor], layout: Dict[HeadKey, int]) -> Dict[str, List[List[float]]]:
+    """{(type, layer): mask} -> the head mask JSON object (all layers of ``layout`` listed; 0 and 1 as ints)."""
+    matrix: Dict[str, List[List[float]]] = {}
+    for key, n in layout.items():
+        m = masks.get(key)
+        row = [1.0] * n if m is None else [float(v) for v in m.detach().cpu().tolist()]
+        matrix.setdefault(key[0], []).append([int(v) if v in (0.0, 1.0) else v for v in row])
+    return matrix
 
 
 def gate_values(model: nn.Module) -> Dict[HeadKey, Tensor]:
