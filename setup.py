@@ -11,13 +11,19 @@ setup(
     install_requires=["torch==2.13.0", "sacrebleu", "numpy"],
     entry_points={
         "console_scripts": [
-            "fairseq-sparse-gates = fairseq_sparse.cli.l0drop_gates:cli_main",
-            "fairseq-sparse-corpus = fairseq_sparse.synthetic_corpus:main",
+            # each named like the module it runs
+            "fairseq-sparse-l0drop-gates = fairseq_sparse.cli.l0drop_gates:cli_main",
+            "fairseq-sparse-synthetic-corpus = fairseq_sparse.synthetic_corpus:main",
             "fairseq-sparse-prune-heads = fairseq_sparse.cli.prune_heads:cli_main",
             "fairseq-sparse-head-analysis = fairseq_sparse.cli.head_analysis:cli_main",
+            "fairseq-sparse-head-importance = fairseq_sparse.cli.head_importance:cli_main",
+            "fairseq-sparse-attention-analysis = fairseq_sparse.cli.attention_analysis:cli_main",
+            "fairseq-sparse-probe = fairseq_sparse.cli.probe:cli_main",
+            # the names of earlier releases, still working
+            "fairseq-sparse-gates = fairseq_sparse.cli.l0drop_gates:cli_main",
+            "fairseq-sparse-corpus = fairseq_sparse.synthetic_corpus:main",
             "fairseq-sparse-heads = fairseq_sparse.cli.head_importance:cli_main",
             "fairseq-sparse-attention = fairseq_sparse.cli.attention_analysis:cli_main",
-            "fairseq-sparse-probe = fairseq_sparse.cli.probe:cli_main",
         ]
     },
 )

@@ -32,7 +32,7 @@ def tool_args(ckpt, sentences):
 
 
 def evaluate_bleu(data, ckpt, sentences, extra=()):
-    out = sh([console("fairseq-sparse-heads"), "evaluate", data] + tool_args(ckpt, sentences) + list(extra))
+    out = sh([console("fairseq-sparse-head-importance"), "evaluate", data] + tool_args(ckpt, sentences) + list(extra))
     return float(re.search(r"^BLEU ([\d.]+) on", out, re.M).group(1))
 
 
@@ -66,10 +66,10 @@ def main():
           f"important {'/'.join(a.prune_types)} heads")
     mask = os.path.join(heads, "mask.json")
     common = tool_args(base_ckpt, a.eval_sentences)
-    sh([console("fairseq-sparse-heads"), "importance", data] + common + [
+    sh([console("fairseq-sparse-head-importance"), "importance", data] + common + [
         "--output-dir", os.path.join(heads, "importance"), "--write-mask", mask,
         "--prune-fraction", str(a.prune_fraction), "--mask-types"] + a.prune_types, os.path.join(heads, "importance.log"))
-    curve_log = sh([console("fairseq-sparse-heads"), "prune-curve", data] + common + [
+    curve_log = sh([console("fairseq-sparse-head-importance"), "prune-curve", data] + common + [
         "--output-dir", os.path.join(heads, "curve"), "--modes", "all", "enc", "dec", "encdec"],
         os.path.join(heads, "curve.log"))
 
@@ -99,7 +99,7 @@ def main():
     label = f"importance-pruned {a.prune_fraction:.0%} of {'/'.join(a.prune_types)}, cut out"
     print(f"{label:44s} {kept:>7d} {params_pruned:>8d} "
           f"{pruned['bleu']:6.2f} {max(pruned['sent_per_s'], pruned2['sent_per_s']):7.1f}")
-    print(f"masked (fairseq-sparse-heads evaluate) and physically pruned BLEU on the curve's sentences: "
+    print(f"masked (fairseq-sparse-head-importance evaluate) and physically pruned BLEU on the curve's sentences: "
           f"{masked_bleu:.2f} / {pruned_subset_bleu:.2f}")
     curve = [line for line in curve_log.splitlines() if "%:" in line and " | " not in line][:12]
     if curve:

@@ -4,7 +4,7 @@ recipe), decode with and without pruned decoding, and print quality, sparsity an
     scripts/demo.sh            # = .venv/bin/python examples/l0drop_demo.py --work-dir demo_out
 
 Everything goes through the real console scripts (fairseq-preprocess, fairseq-train,
-fairseq-generate, fairseq-sparse-gates), so the commands it prints are the commands a user would run.
+fairseq-generate, fairseq-sparse-l0drop-gates), so the commands it prints are the commands a user would run.
 """
 import argparse
 import os
@@ -143,8 +143,8 @@ def main():
                          os.path.join(work, "gen_long_unpruned.txt"))
     long_base = generate(data, base_ckpt, "test1", log=os.path.join(work, "gen_long_transformer.txt"))
 
-    print("== 6. which source tokens were dropped (fairseq-sparse-gates)")
-    gates_out = sh([os.path.join(BIN, "fairseq-sparse-gates"), data, "--user-dir", USER_DIR, "--path", l0_ckpt,
+    print("== 6. which source tokens were dropped (fairseq-sparse-l0drop-gates)")
+    gates_out = sh([os.path.join(BIN, "fairseq-sparse-l0drop-gates"), data, "--user-dir", USER_DIR, "--path", l0_ckpt,
                     "--gen-subset", "test", "--gates-output", os.path.join(work, "gates.tsv"),
                     "--token-summary", os.path.join(work, "gates_by_token.tsv"), "--cpu", "--batch-size", "64"])
     kinds = {"function words (the*)": [0, 0], "content words (w*)": [0, 0], "swap marker": [0, 0], "</s>": [0, 0]}

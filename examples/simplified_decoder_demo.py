@@ -8,7 +8,7 @@
 2. the universal probing decoder (fairseq-sparse-probe) on both: recovery perplexity of source and
    target per decoder module and layer, Figs. 3, 8 and 10 as PNG;
 3. per-layer alignment error rate and cumulative coverage of the encoder-decoder attention
-   (fairseq-sparse-attention with the corpus's gold alignments: Fig. 4).
+   (fairseq-sparse-attention-analysis with the corpus's gold alignments: Fig. 4).
 
 Speeds here come from one run each on a tiny model; benchmarks/simplified_decoder.py measures the two
 side by side at transformer-base size.
@@ -81,10 +81,10 @@ def main():
     sh([console("fairseq-sparse-probe"), data, "--path", simp_ckpt, "--output-dir", os.path.join(out_dir, "probe_simplified"),
         "--label", "simplified", "--compare", os.path.join(out_dir, "probe_standard", "probe.json")] + probe_args)
 
-    print("== 10. alignment error rate and cumulative coverage per layer (fairseq-sparse-attention)")
+    print("== 10. alignment error rate and cumulative coverage per layer (fairseq-sparse-attention-analysis)")
     gold = os.path.join(work, "raw", "test.align")
     for name, ckpt in (("standard", base_ckpt), ("simplified", simp_ckpt)):
-        sh([console("fairseq-sparse-attention"), data, "--path", ckpt, "--output-dir",
+        sh([console("fairseq-sparse-attention-analysis"), data, "--path", ckpt, "--output-dir",
             os.path.join(out_dir, f"attention_{name}"), "--gold", gold, "--bpe-separator", "", "--cpu",
             "--no-progress-bar"])
 

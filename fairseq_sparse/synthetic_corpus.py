@@ -3,7 +3,7 @@
 The source language mixes content words (``w17``) with function words (``the3``) that carry no
 information about the target; the target is the content words translated word by word (``w17 ->
 T17``), with adjacent content pairs swapped after a marker word, so attention must move. A model that
-drops the encodings of function words loses nothing, which is what L0Drop should find (paper 000,
+drops the encodings of function words loses nothing, which is what L0Drop should find (Zhang, Titov & Sennrich 2021,
 Sec. 6: function words and punctuation get pruned first).
 
     python -m fairseq_sparse.synthetic_corpus OUT_DIR [--train 20000 --valid 300 --test 300]

@@ -4,9 +4,9 @@ The penalties come from the model's :class:`~fairseq_sparse.modules.sparsity.Spa
 through :func:`~fairseq_sparse.modules.sparsity.collect_sparsity_terms`; each term names the group of
 the lambda that weights it. Terms are normalised like the papers' per-token mean losses, and fairseq
 divides the returned loss by ``sample_size``, so the term is added as lambda * penalty * sample_size
-(paper 000 Eq. 12 with the paper's lambda).
+(Zhang, Titov & Sennrich 2021 Eq. 12 with the paper's lambda).
 
-``--attention-reg entropy|linf`` adds paper 002's attention regulariser on encoder-decoder attention
+``--attention-reg entropy|linf`` adds Zhang, Zhao, Li & Zong's (2019) attention regulariser on encoder-decoder attention
 (group ``attention_reg``, weighted by ``--attention-reg-lambda``). The criterion attaches an
 :class:`~fairseq_sparse.modules.attention_regularisers.AttentionRegulariser` to the model at its first
 forward pass, so it works with any fairseq encoder-decoder transformer (stock ``transformer`` and all
@@ -59,29 +59,29 @@ class SparsityConfigError(ValueError, RuntimeError):
 class LabelSmoothedCrossEntropyWithSparsityConfig(LabelSmoothedCrossEntropyCriterionConfig):
     l0drop_lambda: float = field(
         default=0.0,
-        metadata={"help": "weight of the L0Drop expected-L0 penalty (paper 000 Eq. 12; the paper fine-tunes "
+        metadata={"help": "weight of the L0Drop expected-L0 penalty (Zhang, Titov & Sennrich 2021 Eq. 12; the paper fine-tunes "
                           "with 0.2-0.3), normalised per source token as in the reference code"},
     )
     head_gates_lambda: float = field(
         default=0.0,
-        metadata={"help": "weight of the head gates' L0 penalty L_C (paper 001 Eq. 7: expected number of open "
+        metadata={"help": "weight of the head gates' L0 penalty L_C (Voita et al. 2019 Eq. 7: expected number of open "
                           "heads, summed or layer-averaged as --head-gates-penalty says), next to the per-token CE"},
     )
     sparsity_warmup_updates: int = field(
         default=0,
         metadata={"help": "raise every lambda linearly from 0 to its value over this many updates (training "
-                          "from scratch, paper 000 Sec. 6); 0 = full lambda from the start (fine-tuning)"},
+                          "from scratch, Zhang, Titov & Sennrich 2021 Sec. 6); 0 = full lambda from the start (fine-tuning)"},
     )
     attention_reg: ChoiceEnum(REG_KINDS) = field(
         default="none",
-        metadata={"help": "regulariser on encoder-decoder attention (paper 002 Sec. III): 'entropy' adds lambda * "
+        metadata={"help": "regulariser on encoder-decoder attention (Zhang, Zhao, Li & Zong 2019 Sec. III): 'entropy' adds lambda * "
                           "attention entropy (minimum entropy, Eq. 15), 'linf' adds -lambda * max weight (maximum "
                           "L-inf, Eq. 14, weak subgradient); 'none' only logs attn_entropy / attn_max"},
     )
     attention_reg_lambda: float = field(
         default=0.0,
         metadata={"help": "weight of --attention-reg, next to the per-token CE (the regulariser is a mean per "
-                          "real target token); paper 002 uses 0.01"},
+                          "real target token); Zhang, Zhao, Li & Zong 2019 uses 0.01"},
     )
     attention_reg_layers: str = field(
         default=DEFAULT_LAYERS,

@@ -1,1 +1,1 @@
-from . import transformer_head_gates, transformer_l0drop  # noqa: F401
+from . import transformer_head_gates, transformer_l0drop, transformer_simplified_decoder  # noqa: F401

@@ -1,4 +1,4 @@
-"""transformer_l0drop: a fairseq Transformer with L0Drop gates on the encoder output (paper 000).
+"""transformer_l0drop: a fairseq Transformer with L0Drop gates on the encoder output (Zhang, Titov & Sennrich 2021).
 
 In eval mode (``--pruned-decoding``, the default) the encoder hands the decoder the compressed memory
 of Algorithm 1, so fairseq-generate decodes with N' + 1 instead of N source states and gives the same
@@ -13,46 +13,17 @@ from typing import Dict, List, Optional
 import torch
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.dataclass.utils import gen_parser_from_dataclass
-from fairseq.distributed import fsdp_wrap
-from fairseq.models import register_model, register_model_architecture
-from fairseq.models.transformer import (
-    TransformerConfig,
-    TransformerDecoder,
-    TransformerEncoder,
-    TransformerModel,
-    base_architecture,
-    transformer_iwslt_de_en,
-    transformer_vaswani_wmt_en_de_big,
-    transformer_wmt_en_de,
-)
-from fairseq.modules.checkpoint_activations import checkpoint_wrapper
+from fairseq.models import register_model
+from fairseq.models.transformer import TransformerEncoder
 from fairseq.utils import eval_bool
 from torch import Tensor
 
-from ..modules.attention_normalisers import (
-    COUNT_EXACT,
-    AttentionNormaliserConfig,
-    attention_normaliser_defaults,
-    check_attention_normaliser_args,
-)
+from ..modules.attention_normalisers import COUNT_EXACT
 from ..modules.count_attention import CountAwareAttention
-from ..modules.decoder_layer import (
-    DecoderLayoutConfig,
-    SublayerDecoderLayer,
-    check_decoder_layout_args,
-    decoder_layout_defaults,
-    drop_absent_sublayer_params,
-)
+from ..modules.decoder_layer import SublayerDecoderLayer
 from ..modules.hard_concrete import DEFAULT_BETA, DEFAULT_GAMMA, DEFAULT_ZETA, HardConcrete
 from ..modules.l0drop import DROPPED_AS_CHOICES, L0Drop, compress, decoder_padding_mask, expand_attention
-from .transformer_head_gates import (
-    HeadGatesConfig,
-    check_head_gate_args,
-    fill_missing_sparsity_params,
-    head_gates_defaults,
-    log_decoder_layout,
-    setup_head_gates,
-)
+from .sparse_transformer import SparseTransformerModel, SublayerTransformerDecoder, register_architectures
 
 logger = logging.getLogger(__name__)
 
@@ -60,13 +31,13 @@ logger = logging.getLogger(__name__)
 @dataclass
 class L0DropConfig(FairseqDataclass):
     l0drop_beta: float = field(
-        default=DEFAULT_BETA, metadata={"help": "HardConcrete temperature beta (paper 000: 2/3)"}
+        default=DEFAULT_BETA, metadata={"help": "HardConcrete temperature beta (Zhang, Titov & Sennrich 2021: 2/3)"}
     )
     l0drop_gamma: float = field(
-        default=DEFAULT_GAMMA, metadata={"help": "HardConcrete stretch lower limit gamma = -eps (paper 000: -0.1)"}
+        default=DEFAULT_GAMMA, metadata={"help": "HardConcrete stretch lower limit gamma = -eps (Zhang, Titov & Sennrich 2021: -0.1)"}
     )
     l0drop_zeta: float = field(
-        default=DEFAULT_ZETA, metadata={"help": "HardConcrete stretch upper limit zeta = 1 + eps (paper 000: 1.1)"}
+        default=DEFAULT_ZETA, metadata={"help": "HardConcrete stretch upper limit zeta = 1 + eps (Zhang, Titov & Sennrich 2021: 1.1)"}
     )
     l0drop_init_bias: float = field(
         default=3.0,
@@ -81,7 +52,7 @@ class L0DropConfig(FairseqDataclass):
     )
     l0drop_between_layers: bool = field(
         default=False,
-        metadata={"help": "also put L0Drop between every pair of encoder layers (paper 000 Sec. 6, 'prune "
+        metadata={"help": "also put L0Drop between every pair of encoder layers (Zhang, Titov & Sennrich 2021 Sec. 6, 'prune "
                           "encodings earlier'); a state dropped there stays dropped"},
     )
 
@@ -201,16 +172,11 @@ class CountAwareDecoderLayer(SublayerDecoderLayer):
     encdec_softmax_cls = CountAwareAttention
 
 
-class L0DropTransformerDecoder(TransformerDecoder):
-    """TransformerDecoder that reads the compressed memory: count-aware encoder-decoder attention, and
-    attention weights mapped back to the original source positions for --print-alignment / --replace-unk."""
+class L0DropTransformerDecoder(SublayerTransformerDecoder):
+    """A decoder that reads the compressed memory: count-aware encoder-decoder attention, and attention
+    weights mapped back to the original source positions for --print-alignment / --replace-unk."""
 
-    def build_decoder_layer(self, cfg, no_encoder_attn=False):
-        cfg = TransformerConfig.from_namespace(cfg)
-        layer = CountAwareDecoderLayer(cfg, no_encoder_attn)
-        if cfg.checkpoint_activations:
-            layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
-        return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not cfg.checkpoint_activations else 0)
+    layer_cls = CountAwareDecoderLayer
 
     def extract_features(self, prev_output_tokens, encoder_out=None, incremental_state=None, **kwargs):
         compressed = encoder_out is not None and "l0drop_log_count" in encoder_out
@@ -260,27 +226,32 @@ class L0DropTransformerDecoder(TransformerDecoder):
 
 
 @register_model("transformer_l0drop")
-class L0DropTransformerModel(TransformerModel):
-    """Transformer with L0Drop on the encoder outputs (Zhang, Titov & Sennrich)."""
+class L0DropTransformerModel(SparseTransformerModel):
+    """Transformer with L0Drop on the encoder outputs (Zhang, Titov & Sennrich 2021)."""
 
-    @staticmethod
-    def add_args(parser):
-        TransformerModel.add_args(parser)
+    decoder_cls = L0DropTransformerDecoder
+
+    @classmethod
+    def add_args(cls, parser):
+        super().add_args(parser)
         gen_parser_from_dataclass(parser, L0DropConfig())
-        gen_parser_from_dataclass(parser, HeadGatesConfig())  # combine with head gates (default: none)
-        gen_parser_from_dataclass(parser, AttentionNormaliserConfig())  # paper 002 baselines (default: softmax)
-        gen_parser_from_dataclass(parser, DecoderLayoutConfig())  # paper 004 (default: the standard decoder)
         parser.add_argument("--pruned-decoding", type=eval_bool, default=True, metavar="BOOL", help=PRUNED_DECODING_HELP)
 
     @classmethod
-    def build_model(cls, args, task):
-        l0drop_defaults(args)
+    def fill_defaults(cls, args):
+        for f in fields(L0DropConfig):
+            if not hasattr(args, f.name):
+                setattr(args, f.name, f.default)
+        if not hasattr(args, "pruned_decoding"):
+            args.pruned_decoding = True
+        super().fill_defaults(args)
+
+    @classmethod
+    def check_args(cls, args):
         if args.l0drop_dropped_as not in DROPPED_AS_CHOICES:
             raise ValueError(f"--l0drop-dropped-as must be one of {DROPPED_AS_CHOICES}, got {args.l0drop_dropped_as!r}")
         HardConcrete(args.l0drop_beta, args.l0drop_gamma, args.l0drop_zeta)  # validates the gate options
-        check_head_gate_args(args)
-        check_attention_normaliser_args(args)
-        check_decoder_layout_args(args)
+        super().check_args(args)
         if (args.encdec_attention_normaliser not in COUNT_EXACT and args.l0drop_dropped_as == "zero"
                 and args.pruned_decoding):
             raise ValueError(
@@ -288,60 +259,11 @@ class L0DropTransformerModel(TransformerModel):
                 "decoding of states dropped as zero vectors (c pruned states != one dummy with logit + log c); "
                 "use --l0drop-dropped-as mask, or switch pruned decoding off (--pruned-decoding False in "
                 "training; --model-overrides \"{'pruned_decoding': False}\" in fairseq-generate)")
-        model = super().build_model(args, task)
-        setup_head_gates(model, args)
-        log_decoder_layout(model, args)
-        return model
 
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):
         return L0DropTransformerEncoder(args, src_dict, embed_tokens)
 
-    @classmethod
-    def build_decoder(cls, args, tgt_dict, embed_tokens):
-        return L0DropTransformerDecoder(
-            args, tgt_dict, embed_tokens, no_encoder_attn=getattr(args, "no_cross_attention", False)
-        )
 
-    def upgrade_state_dict_named(self, state_dict, name):
-        """Let fine-tuning start from a checkpoint without gates (e.g. stock ``transformer``): missing
-        L0Drop (and head gate) parameters take their initial values."""
-        super().upgrade_state_dict_named(state_dict, name)
-        fill_missing_sparsity_params(self, state_dict, name)
-        drop_absent_sublayer_params(self, state_dict, name)
-
-
-def l0drop_defaults(args):
-    """Fill in L0Drop options missing from args (older checkpoints, architecture presets)."""
-    for f in fields(L0DropConfig):
-        if not hasattr(args, f.name):
-            setattr(args, f.name, f.default)
-    if not hasattr(args, "pruned_decoding"):
-        args.pruned_decoding = True
-    head_gates_defaults(args, "")
-    attention_normaliser_defaults(args)
-    decoder_layout_defaults(args)
-
-
-@register_model_architecture("transformer_l0drop", "transformer_l0drop")
-def transformer_l0drop(args):
-    l0drop_defaults(args)
-    base_architecture(args)
-
-
-@register_model_architecture("transformer_l0drop", "transformer_l0drop_iwslt_de_en")
-def transformer_l0drop_iwslt_de_en(args):
-    l0drop_defaults(args)
-    transformer_iwslt_de_en(args)
-
-
-@register_model_architecture("transformer_l0drop", "transformer_l0drop_wmt_en_de")
-def transformer_l0drop_wmt_en_de(args):
-    l0drop_defaults(args)
-    transformer_wmt_en_de(args)
-
-
-@register_model_architecture("transformer_l0drop", "transformer_l0drop_wmt_en_de_big")
-def transformer_l0drop_wmt_en_de_big(args):
-    l0drop_defaults(args)
-    transformer_vaswani_wmt_en_de_big(args)
+ARCHITECTURES = register_architectures("transformer_l0drop", L0DropTransformerModel)
+transformer_l0drop = ARCHITECTURES["transformer_l0drop"]

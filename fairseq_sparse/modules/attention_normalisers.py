@@ -1,4 +1,4 @@
-"""Alternatives to softmax for the encoder-decoder attention: the baselines of paper 002, Sec. IV.
+"""Alternatives to softmax for the encoder-decoder attention: the baselines of Zhang, Zhao, Li & Zong 2019, Sec. IV.
 
 Every normaliser maps the attention logits e_i (one row per query, masked keys = -inf) to weights
 alpha_i on the probability simplex. Masked keys get exactly 0; a row whose keys are all masked gets
@@ -43,7 +43,7 @@ _FINITE_NEG = -1e4
 class AttentionNormaliserConfig(FairseqDataclass):
     encdec_attention_normaliser: ChoiceEnum(NORMALISERS) = field(
         default="softmax",
-        metadata={"help": "how the encoder-decoder attention turns logits into weights (paper 002 Sec. IV "
+        metadata={"help": "how the encoder-decoder attention turns logits into weights (Zhang, Zhao, Li & Zong 2019 Sec. IV "
                           "baselines): softmax (fairseq's), temperature (softmax(e/T), Eq. 17), gumbel "
                           "(Gumbel-softmax with temperature T in training, Eq. 18; softmax(e/T) in evaluation), "
                           "sparsemax (Eqs. 19-20), entmax15 (entmax-1.5); sparsemax and entmax15 need "

@@ -1,6 +1,6 @@
-"""Sparsity regularisers on encoder-decoder attention (paper 002, Sec. III) and attention statistics.
+"""Sparsity regularisers on encoder-decoder attention (Zhang, Zhao, Li & Zong 2019, Sec. III) and attention statistics.
 
-Paper 002 maximises sum_i [log p(y_i | y_<i, x) + lambda R(alpha_i)] (Eq. 12) with
+Zhang, Zhao, Li & Zong 2019 maximises sum_i [log p(y_i | y_<i, x) + lambda R(alpha_i)] (Eq. 12) with
 
 * maximum L-inf (Eq. 14): R(alpha_i) = max_j alpha_ij, optimised with the weak subgradient of Eq. 16
   (all of the gradient goes to one arg-max entry k: dR/dalpha_ij = delta_kj);
@@ -28,7 +28,7 @@ weighted per sentence, like the criterion's other penalties.) Padding is exclude
 * source (key) positions: the ``key_padding_mask`` the attention itself is called with. Weights on
   masked keys are 0 in fairseq anyway; they are zeroed here too, so the penalty provably ignores them.
 
-Multi-head attention. Paper 002 has one (RNN) attention distribution per target position. Here every
+Multi-head attention. Zhang, Zhao, Li & Zong 2019 has one (RNN) attention distribution per target position. Here every
 head of every chosen layer computes such a distribution, so the default (``heads="each"``) applies R to
 each head and averages over heads: each head may sharpen on its own source position. The alternative
 (``heads="mean"``) regularises the head-averaged distribution, which no head computes; since entropy is
@@ -67,7 +67,7 @@ from torch import Tensor, nn
 from .head_gates import attention_modules
 from .sparsity import SparsityModule, SparsityTerm
 
-#: regulariser kinds: none (statistics only), entropy (paper 002 Eq. 15), linf (Eq. 14)
+#: regulariser kinds: none (statistics only), entropy (Zhang, Zhao, Li & Zong 2019 Eq. 15), linf (Eq. 14)
 REG_KINDS = ("none", "entropy", "linf")
 #: R per head, averaged over heads ("each") or R of the head-averaged distribution ("mean")
 HEAD_MODES = ("each", "mean")
@@ -112,7 +112,7 @@ def resolve_layers(spec: LayerSpec, available: Sequence[int]) -> List[int]:
 
 
 def entropy(probs: Tensor, log_multiplicity: Optional[Tensor] = None) -> Tensor:
-    """Ent(alpha) = -sum_j alpha_j log alpha_j over the last dimension, 0 log 0 = 0 (paper 002 Eq. 15).
+    """Ent(alpha) = -sum_j alpha_j log alpha_j over the last dimension, 0 log 0 = 0 (Zhang, Zhao, Li & Zong 2019 Eq. 15).
 
     log_multiplicity (broadcastable to probs): slot j stands for exp(m_j) real positions of weight
     alpha_j / exp(m_j) each, which adds sum_j alpha_j m_j.
@@ -125,7 +125,7 @@ def entropy(probs: Tensor, log_multiplicity: Optional[Tensor] = None) -> Tensor:
 
 
 def max_weight(probs: Tensor, log_multiplicity: Optional[Tensor] = None) -> Tensor:
-    """L-inf(alpha) = max_j alpha_j over the last dimension (paper 002 Eq. 14). Its gradient is one-hot
+    """L-inf(alpha) = max_j alpha_j over the last dimension (Zhang, Zhao, Li & Zong 2019 Eq. 14). Its gradient is one-hot
     at the returned arg-max (the weak subgradient of Eq. 16)."""
     if log_multiplicity is not None:
         probs = probs * torch.exp(-log_multiplicity)
@@ -189,7 +189,7 @@ def encoder_decoder_attention(model: nn.Module) -> Dict[int, MultiheadAttention]
 
 
 class AttentionRegulariser(SparsityModule):
-    """Paper 002's attention regularisers on encoder-decoder attention, plus attention statistics.
+    """Zhang, Zhao, Li & Zong's (2019) attention regularisers on encoder-decoder attention, plus attention statistics.
 
     Args:
         kind: "none" (statistics only), "entropy" (minimum entropy, Eq. 15) or "linf" (maximum L-inf, Eq. 14)

@@ -1,6 +1,6 @@
-"""Decoder layers with a choice of sub-layer order and the simplified decoder (paper 004, Yang et al.).
+"""Decoder layers with a choice of sub-layer order and the simplified decoder (Yang et al. 2020).
 
-Paper 004 Sec. 2.2 splits a decoder layer by function:
+Yang et al. 2020 Sec. 2.2 splits a decoder layer by function:
 
 * TEM (target exploitation): self-attention and its Add&Norm, C = LN(SelfAtt(L) + L)
 * SEM (source exploitation): the encoder-decoder attention alone, S = Att(C, K_enc, V_enc)
@@ -10,7 +10,7 @@ A layer here is a sequence of residual *blocks* (fairseq's own sub-layers, each 
 residual and LayerNorm; pre- or post-norm as ``--decoder-normalize-before`` says):
 
 =================  ==========================  ===========================================
-order              blocks                      paper 004
+order              blocks                      Yang et al. 2020
 =================  ==========================  ===========================================
 ``tem-sem-ifm``    self, cross, ffn            the standard decoder (Fig. 1)
 ``sem-tem-ifm``    cross, self, ffn            TEM and SEM swapped (Table 1)
@@ -36,7 +36,7 @@ from torch import Tensor
 
 from .attention_normalisers import build_encdec_attention
 
-#: sub-layer order (paper 004's names) -> residual blocks of a layer
+#: sub-layer order (Yang et al.'s (2020) names) -> residual blocks of a layer
 SUBLAYER_ORDERS: Dict[str, Tuple[str, ...]] = {
     "tem-sem-ifm": ("self", "cross", "ffn"),
     "sem-tem-ifm": ("cross", "self", "ffn"),
@@ -53,13 +53,13 @@ _STANDARD_ONLY = ("cross_self_attention", "scale_attn", "scale_heads", "scale_fc
 class DecoderLayoutConfig(FairseqDataclass):
     decoder_sublayer_order: ChoiceEnum(list(SUBLAYER_ORDERS)) = field(
         default=STANDARD_ORDER,
-        metadata={"help": "order of the decoder sub-layers (paper 004 Table 1): tem-sem-ifm (standard: "
+        metadata={"help": "order of the decoder sub-layers (Yang et al. 2020 Table 1): tem-sem-ifm (standard: "
                           "self-attention, encoder attention, FFN), sem-tem-ifm (encoder attention first), "
                           "sem-ifm (no self-attention)"},
     )
     simplified_decoder: bool = field(
         default=False,
-        metadata={"help": "paper 004's simplified decoder: the information-fusion module is one Add&Norm "
+        metadata={"help": "Yang et al.'s (2020) simplified decoder: the information-fusion module is one Add&Norm "
                           "(no FFN, no second Add&Norm, no FFN parameters) in every decoder layer. Default on "
                           "for transformer_simplified_decoder"},
     )
