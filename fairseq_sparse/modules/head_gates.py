@@ -28,17 +28,17 @@ from torch import Tensor, nn
 from .hard_concrete import HardConcrete
 from .sparsity import SparsityModule, SparsityTerm
 
-#: encoder self-attention, decoder self-attention, decoder-encoder attention (paper 001 Table 2's order)
+#: encoder self-attention, decoder self-attention, decoder-encoder attention (Voita et al. 2019 Table 2's order)
 ATTENTION_TYPES = ("enc", "dec", "encdec")
 HeadKey = Tuple[str, int]  # (attention type, layer index)
 
 
 class HeadGates(SparsityModule):
-    """One input-independent HardConcrete gate per head (paper 001 Sec. 6.1).
+    """One input-independent HardConcrete gate per head (Voita et al. 2019 Sec. 6.1).
 
-    In training the gates are resampled at every forward pass, i.e. once per batch (paper 001,
+    In training the gates are resampled at every forward pass, i.e. once per batch (Voita et al. 2019,
     footnote 3); in eval they are the deterministic g_hat. The penalty is
-    ``penalty_scale * sum_h P(g_h != 0)`` (paper 001's L_C for this layer; ``penalty_scale`` = 1 sums
+    ``penalty_scale * sum_h P(g_h != 0)`` (Voita et al.'s (2019) L_C for this layer; ``penalty_scale`` = 1 sums
     over layers as the paper does, 1 / number of gated layers averages as Voita's code does).
 
     Args:
@@ -66,7 +66,7 @@ class HeadGates(SparsityModule):
         return f"heads={self.log_alpha.numel()}, type={self.attention_type}"
 
     def expected_open(self) -> Tensor:
-        """P(g_h != 0) per head; its sum is this layer's L_C (paper 001 Eq. 6)."""
+        """P(g_h != 0) per head; its sum is this layer's L_C (Voita et al. 2019 Eq. 6)."""
         return self.hard_concrete.prob_open(self.log_alpha)
 
     def deterministic(self) -> Tensor:
@@ -110,7 +110,7 @@ def attention_modules(model: nn.Module) -> "OrderedDict[HeadKey, MultiheadAttent
     for i, layer in enumerate(getattr(encoder, "layers", None) or []):
         found[("enc", i)] = layer.self_attn
     for i, layer in enumerate(getattr(decoder, "layers", None) or []):
-        if getattr(layer, "self_attn", None) is not None:  # None: a decoder without TEM (paper 004's sem-ifm)
+        if getattr(layer, "self_attn", None) is not None:  # None: a decoder without TEM (Yang et al.'s (2020) sem-ifm)
             found[("dec", i)] = layer.self_attn
     for i, layer in enumerate(getattr(decoder, "layers", None) or []):
         if getattr(layer, "encoder_attn", None) is not None:
@@ -184,7 +184,7 @@ def add_head_gates(model: nn.Module, types: Sequence[str], hard_concrete: HardCo
 
 
 def set_head_masks(model: nn.Module, masks: Optional[Dict[HeadKey, Tensor]]):
-    """Set xi_h (paper 003 Eq. 1) on the given layers and clear it everywhere else; None clears all."""
+    """Set xi_h (Michel et al. 2019 Eq. 1) on the given layers and clear it everywhere else; None clears all."""
     modules = attention_modules(model)
     masks = masks or {}
     for key in masks:
@@ -377,7 +377,7 @@ def apply_kept_heads(model: nn.Module, spec) -> None:
 
 
 def prune_heads(model: nn.Module, keep: Dict[HeadKey, Sequence[int]], allow_empty_layers: bool = True):
-    """Physically remove heads (paper 003 Sec. 4.2's "actually pruning the heads").
+    """Physically remove heads (Michel et al. 2019 Sec. 4.2's "actually pruning the heads").
 
     ``keep`` maps (type, layer) to the positions (current numbering) of the heads that stay; layers
     not listed keep all heads. Each kept head's gate g_hat and mask value are folded into its out_proj
