@@ -1,7 +1,8 @@
-"""Word alignment from attention (AER, SAER of paper 002 Eq. 23, argmax extraction, subword merging,
-cumulative coverage of paper 004 Eq. 2) on hand-made inputs whose answers are computed by hand, and
+"""Word alignment from attention (AER, SAER of Zhang, Zhao, Li & Zong 2019 Eq. 23, argmax extraction, subword
+merging, cumulative coverage of Yang et al. 2020 Eq. 2) on hand-made inputs whose answers are computed by hand, and
 the fairseq-sparse-attention console tool end to end (stock transformer with the synthetic corpus's
-true word alignment as gold; L0Drop model with the paper 000 Fig. 1/7/8 analyses)."""
+true word alignment as gold; L0Drop model with the Zhang, Titov & Sennrich 2021
+Fig. 1/7/8 analyses)."""
 import csv
 import json
 import math
@@ -13,8 +14,10 @@ import torch
 
 import fairseq_sparse  # noqa: F401  (registers the plugin and fairseq's checkpoint classes)
 from conftest import console, run
-from fairseq_sparse import alignment as al
+from fairseq_sparse.analysis import alignment as al
 from fairseq_sparse.cli import attention_analysis as aa
+from fairseq_sparse.cli import common
+from fairseq_sparse.modules.attention_capture import HeadAttentionRecorder
 
 ENV = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
 
@@ -93,7 +96,7 @@ def test_aer_by_hand_and_summed_over_the_corpus():
     assert math.isnan(al.aer([set()], [(set(), set())]))
 
 
-def test_saer_paper_002_eq_23_by_hand():
+def test_saer_zhang_et_al_2019_eq_23_by_hand():
     # M_A: 2 target words x 3 source words (row j = target word j); S = {0-0}; P = S + {1-1, 2-1}
     m = np.array([[0.7, 0.2, 0.1],
                   [0.1, 0.6, 0.3]])
@@ -159,7 +162,7 @@ def test_layer_average_averages_heads_within_each_layer_first():
 
 
 # ----------------------------------------------------------------------------------------------
-# cumulative coverage (paper 004 Eq. 2) and entropy
+# cumulative coverage (Yang et al. 2020, Eq. 2) and entropy
 
 
 def test_cumulative_coverage_by_hand():
@@ -175,19 +178,42 @@ def test_cumulative_coverage_by_hand():
     assert np.isnan(al.cumulative_coverage([[set()]], [0])).all()
 
 
+def test_alignment_sums_per_layer_add_over_sentences_before_dividing():
+    """The corpus sums the attention tool accumulates: per layer, as aer / saer / cumulative_coverage give
+    them over the whole corpus."""
+    s1 = [{(0, 0), (0, 1)}, {(1, 0), (2, 1)}, {(0, 0), (3, 1)}]
+    s2 = [{(1, 0)}, {(1, 0)}, None]
+    gold = [({(0, 0)}, {(0, 0), (1, 1)}), ({(1, 0)}, {(1, 0)})]
+    soft = [np.array([[0.7, 0.3, 0.0, 0.0], [0.2, 0.8, 0.0, 0.0]]), np.array([[0.4, 0.6]])]
+    sums = al.AlignmentSums(3)
+    for links, n, g, m in zip((s1, s2), (4, 2), gold, soft):
+        sums.add_coverage(links, n)
+        for l, layer_links in enumerate(links):
+            if layer_links is not None:
+                sums.add_aer(l, layer_links, g)
+                sums.add_saer(l, m, g)
+    np.testing.assert_allclose(sums.coverage(), al.cumulative_coverage([s1, s2], [4, 2]))
+    np.testing.assert_allclose(sums.coverage_layer(), [2 / 6, 3 / 6, 2 / 6])  # |A_i| alone: 1+1, 2+1, 2+0
+    for l in range(2):
+        assert sums.aer()[l] == pytest.approx(al.aer([s1[l], s2[l]], gold))
+        assert sums.saer()[l] == pytest.approx(al.saer(soft, gold))
+    assert sums.aer()[2] == pytest.approx(al.aer([s1[2]], gold[:1]))  # sentence 2 has no heads there
+    assert np.isnan(al.AlignmentSums(2).coverage()).all()
+
+
 def test_entropy_in_nats():
     np.testing.assert_allclose(al.entropy(np.array([[0.25] * 4, [1.0, 0, 0, 0]])), [math.log(4), 0.0])
     np.testing.assert_allclose(al.entropy(np.array([0.5, 0.5, 0.0])), math.log(2))
 
 
 def test_parse_layers():
-    assert aa.parse_layers("all", 3) == [0, 1, 2]
-    assert aa.parse_layers("last", 3) == [2]
-    assert aa.parse_layers("2,0,-1", 3) == [0, 2]
+    assert common.parse_layers("all", 3) == [0, 1, 2]
+    assert common.parse_layers("last", 3) == [2]
+    assert common.parse_layers("2,0,-1", 3) == [0, 2]
     with pytest.raises(ValueError, match="layer 3 does not exist"):
-        aa.parse_layers("3", 3)
+        common.parse_layers("3", 3)
     with pytest.raises(ValueError, match="not a layer index"):
-        aa.parse_layers("top", 3)
+        common.parse_layers("top", 3)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -270,7 +296,7 @@ def test_capture_is_fairseqs_own_attention(stock_transformer_ckpt, corpus):
     layers = model.decoder.layers
     with torch.no_grad():
         ref = [model(**net, alignment_layer=l, alignment_heads=4) for l in range(len(layers))]
-        with aa.AttentionRecorder([layer.encoder_attn for layer in layers]) as rec:
+        with HeadAttentionRecorder([layer.encoder_attn for layer in layers]) as rec:
             out, _ = model(**net)
         assert torch.allclose(out, ref[0][0], atol=1e-5)
         for l in range(len(layers)):
@@ -363,10 +389,50 @@ def test_console_tool_on_l0drop(l0drop_ckpt, stock_transformer_ckpt, corpus, tmp
         assert sum(d["encoder_entropy"][name]["histogram"]) == len(vals)
     assert "L0Drop:" in proc.stdout and "pruned" in proc.stdout
 
-    # the baseline classified by the L0Drop model's gates (paper 000 Fig. 8): same tokens pruned
+    # the baseline classified by the L0Drop model's gates (Zhang, Titov & Sennrich 2021, Fig. 8): same tokens pruned
     base = aa.main([corpus["bin"], "--path", stock_transformer_ckpt, "--gates-from", l0drop_ckpt,
                     "--output-dir", str(tmp_path / "base"), "--max-sentences", "10", "--no-progress-bar"])
     base_tokens = read_tsv(tmp_path / "base" / "l0drop_tokens.tsv")
     n10 = sum(len(s.split()) for s in src[:10])
     assert base["l0drop"]["source_tokens"] == n10
     assert [t["pruned"] for t in base_tokens] == [t["pruned"] for t in tokens[:n10]]
+
+
+def test_console_tool_refuses_to_overwrite_without_overwrite(stock_transformer_ckpt, corpus, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "heads.tsv").write_text("an earlier run\n")
+    args = [corpus["bin"], "--path", stock_transformer_ckpt, "--output-dir", str(out), "--max-sentences", "5",
+            "--no-progress-bar"]
+    with pytest.raises(SystemExit) as exc:
+        aa.main(args)
+    assert exc.value.code == 2
+    assert f"--output-dir: {out / 'heads.tsv'} exists; pass --overwrite to replace it" in capsys.readouterr().err
+    assert os.listdir(out) == ["heads.tsv"] and (out / "heads.tsv").read_text() == "an earlier run\n"
+    # an input in the output directory is never replaced, --overwrite or not
+    gold = write(out / "alignment.txt", [""] * 60)
+    with pytest.raises(SystemExit):
+        aa.main(args + ["--overwrite", "--gold", gold])
+    assert "is an input of this command: refusing to write over it" in capsys.readouterr().err
+    assert sorted(os.listdir(out)) == ["alignment.txt", "heads.tsv"]
+    aa.main(args + ["--overwrite"])
+    assert (out / "heads.tsv").read_text().startswith("layer\thead\tentropy\tmax_weight\n")
+    assert len((out / "alignment.txt").read_text().splitlines()) == 5
+
+
+@pytest.mark.parametrize("option", ["--path", "--gates-from"])
+def test_console_tool_truncated_checkpoint_fails_clearly(stock_transformer_ckpt, l0drop_ckpt, corpus, tmp_path,
+                                                         capsys, option):
+    with open(l0drop_ckpt, "rb") as f:
+        data = f.read()
+    broken = tmp_path / "broken.pt"
+    broken.write_bytes(data[:len(data) // 2])
+    path, gates_from = (broken, l0drop_ckpt) if option == "--path" else (stock_transformer_ckpt, broken)
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exc:
+        aa.main([corpus["bin"], "--path", str(path), "--gates-from", str(gates_from), "--output-dir", str(out),
+                 "--no-progress-bar"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"fairseq-sparse-attention: error: {option}: cannot read {broken}: not a complete torch checkpoint" in err
+    assert not out.exists()

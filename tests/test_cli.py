@@ -509,3 +509,66 @@ def test_bad_input_fails_early_and_keeps_existing_checkpoint(case, corpus, reque
     assert not log_records(proc.log), "training started before the error"
     assert file_fingerprint(last) == before, "checkpoint_last.pt was modified"
     assert os.listdir(tmp_path) == ["checkpoint_last.pt"], os.listdir(tmp_path)
+
+
+# ----------------------------------------------------------------------------------------------
+# fairseq-sparse-gates: the gate of every source token
+
+
+def gates_cmd(data, ckpt, gates_output, extra=()):
+    return [console("fairseq-sparse-gates"), data, "--user-dir", USER_DIR, "--path", str(ckpt), "--gen-subset",
+            "test", "--gates-output", str(gates_output), "--cpu", "--batch-size", "16"] + list(extra)
+
+
+def truncated_copy(ckpt, path):
+    """The first half of a real checkpoint's bytes (an interrupted copy or save)."""
+    with open(ckpt, "rb") as f:
+        data = f.read()
+    with open(path, "wb") as f:
+        f.write(data[:len(data) // 2])
+    return str(path)
+
+
+def test_gates_tool_dumps_every_source_token(corpus, l0drop_ckpt, tmp_path):
+    out, summary = tmp_path / "gates.tsv", tmp_path / "by_token.tsv"
+    proc = run(gates_cmd(corpus["bin"], l0drop_ckpt, out, ["--token-summary", str(summary)]), env=ENV_PARALLEL)
+    lines = out.read_text().splitlines()
+    assert lines[0] == "id\tposition\ttoken\tgate\tpruned"
+    rows = [line.split("\t") for line in lines[1:]]
+    assert len(rows) == n_test_source_tokens(corpus)
+    assert all((float(g) == 0) == (p == "1") for _, _, _, g, p in rows)
+    pruned = sum(p == "1" for *_, p in rows)
+    assert f"({pruned} of {len(rows)} source tokens pruned) on test" in proc.stdout
+    by_token = [line.split("\t") for line in summary.read_text().splitlines()]
+    assert by_token[0] == ["token", "count", "pruned", "sparsity"]
+    assert sum(int(n) for _, n, _, _ in by_token[1:]) == len(rows)
+    assert sum(int(p) for _, _, p, _ in by_token[1:]) == pruned
+
+
+@pytest.mark.parametrize("existing", ["gates_output", "token_summary"])
+def test_gates_tool_refuses_to_overwrite_without_overwrite(corpus, l0drop_ckpt, tmp_path, existing):
+    out, summary = tmp_path / "gates.tsv", tmp_path / "by_token.tsv"
+    earlier = {"gates_output": out, "token_summary": summary}[existing]
+    earlier.write_text("an earlier run\n")
+    before = file_fingerprint(earlier)
+    cmd = gates_cmd(corpus["bin"], l0drop_ckpt, out, ["--token-summary", str(summary)])
+    proc = run(cmd, check=False, env=ENV_PARALLEL)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    option = {"gates_output": "--gates-output", "token_summary": "--token-summary"}[existing]
+    assert f"fairseq-sparse-gates: error: {option}: {earlier} exists; pass --overwrite to replace it" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert file_fingerprint(earlier) == before
+    assert sorted(os.listdir(tmp_path)) == [earlier.name]  # nothing else written
+    run(cmd + ["--overwrite"], env=ENV_PARALLEL)
+    assert out.read_text().startswith("id\tposition\ttoken\tgate\tpruned\n")
+    assert summary.read_text().startswith("token\tcount\tpruned\tsparsity\n")
+
+
+def test_gates_tool_truncated_checkpoint_fails_clearly(corpus, l0drop_ckpt, tmp_path):
+    broken = truncated_copy(l0drop_ckpt, tmp_path / "broken.pt")
+    out = tmp_path / "gates.tsv"
+    proc = run(gates_cmd(corpus["bin"], broken, out), check=False, env=ENV_PARALLEL)
+    assert proc.returncode == 2
+    assert f"fairseq-sparse-gates: error: --path: cannot read {broken}: not a complete torch checkpoint" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not out.exists()

@@ -1,14 +1,15 @@
-"""Word alignments from attention: gold files, AER, SAER, argmax extraction, cumulative coverage.
+"""Word alignments from attention: gold files, AER (Och & Ney 2003), SAER (Zhang, Zhao, Li & Zong 2019),
+argmax extraction, cumulative coverage (Yang et al. 2020), and the corpus sums of all three.
 
 Pure functions over Python sets and numpy arrays (no torch, no fairseq), used by
-``fairseq-sparse-attention`` (:mod:`fairseq_sparse.cli.attention_analysis`).
+:mod:`fairseq_sparse.analysis.attention` (``fairseq-sparse-attention``) and the head analysis.
 
 Conventions
 -----------
 * A *link* is a pair ``(i, j)``: source word ``i``, target word ``j``, 0-based, in this order, as in
   the Pharaoh format that fast_align, GIZA++ post-processing and Moses write (``i-j``).
 * Attention matrices are ``[target, source]`` (one row per target token, i.e. per decoder query, one
-  column per source token), as fairseq returns them and as paper 002 defines ``M_A(i, j)``: "the
+  column per source token), as fairseq returns them and as Zhang, Zhao, Li & Zong (2019) define ``M_A(i, j)``: "the
   attention weight between the i-th target word and the j-th source word".
 
 Gold alignment files (one line per sentence pair, in the order of the test set; an empty line is a
@@ -148,16 +149,23 @@ def aer_from_counts(counts) -> float:
 def aer(hyps: Sequence[LinkSet], gold: Sequence[Tuple[LinkSet, LinkSet]]) -> float:
     """Alignment error rate (Och & Ney 2003) over a corpus: the counts are summed over the sentences
     before dividing. ``hyps[k]``: predicted links A of sentence k; ``gold[k]``: (S, P) with S ⊆ P."""
-    if len(hyps) != len(gold):
-        raise ValueError(f"{len(hyps)} hypotheses for {len(gold)} gold sentences")
-    total = np.zeros(4)
-    for a, (s, p) in zip(hyps, gold):
-        total += aer_counts(a, s, p)
-    return aer_from_counts(total)
+    return _corpus_rate("aer", hyps, gold, "hypotheses")
+
+
+def _corpus_rate(rate: str, per_sentence: Sequence, gold: Sequence[Tuple[LinkSet, LinkSet]], what: str) -> float:
+    """``rate`` ("aer" or "saer") of a corpus through :class:`AlignmentSums` (one layer)."""
+    if len(per_sentence) != len(gold):
+        raise ValueError(f"{len(per_sentence)} {what} for {len(gold)} gold sentences")
+    sums = AlignmentSums(1)
+    add = getattr(sums, f"add_{rate}")
+    for x, g in zip(per_sentence, gold):
+        add(0, x, g)
+    return float(getattr(sums, rate)()[0])
 
 
 def link_matrix(links: Iterable[Link], n_tgt: int, n_src: int) -> np.ndarray:
-    """0/1 matrix ``[n_tgt, n_src]`` with 1.0 at ``[j, i]`` for every link (i, j) (paper 002's M_S, M_P)."""
+    """0/1 matrix ``[n_tgt, n_src]`` with 1.0 at ``[j, i]`` for every link (i, j) (M_S, M_P of Zhang, Zhao,
+    Li & Zong 2019)."""
     m = np.zeros((n_tgt, n_src))
     for i, j in links:
         m[j, i] = 1.0
@@ -178,7 +186,7 @@ def saer_counts(soft: np.ndarray, sure: LinkSet, possible: LinkSet) -> np.ndarra
 
 
 def saer(soft: Sequence[np.ndarray], gold: Sequence[Tuple[LinkSet, LinkSet]]) -> float:
-    """Soft alignment error rate, paper 002 Eq. (23) (following Tu et al. 2016)::
+    """Soft alignment error rate, Zhang, Zhao, Li & Zong (2019) Eq. (23) (following Tu et al. 2016)::
 
         SAER = 1 - (|M_A × M_S| + |M_A × M_P|) / (|M_A| + |M_S|)
 
@@ -188,12 +196,7 @@ def saer(soft: Sequence[np.ndarray], gold: Sequence[Tuple[LinkSet, LinkSet]]) ->
     they are (no renormalisation after the EOS column is dropped). Over a corpus the four sums are
     added over sentences before dividing, as for AER. ``soft[k]``: ``[target words, source words]``.
     """
-    if len(soft) != len(gold):
-        raise ValueError(f"{len(soft)} attention matrices for {len(gold)} gold sentences")
-    total = np.zeros(4)
-    for m, (s, p) in zip(soft, gold):
-        total += saer_counts(m, s, p)
-    return aer_from_counts(total)
+    return _corpus_rate("saer", soft, gold, "attention matrices")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -210,6 +213,11 @@ def word_ids(pieces: Sequence[str], separator: Optional[str] = "@@") -> List[int
         ids.append(w)
         cont = bool(separator) and p.endswith(separator)
     return ids
+
+
+def n_words(pieces: Sequence[str], special: Sequence[bool], separator: Optional[str] = "@@") -> int:
+    """Number of words of a sentence: its pieces without the special ones (EOS, BOS), subwords merged."""
+    return len(set(word_ids([p for p, s in zip(pieces, special) if not s], separator)))
 
 
 def merge_subwords(attn: np.ndarray, src_word_ids: Sequence[int], tgt_word_ids: Sequence[int]) -> np.ndarray:
@@ -261,7 +269,7 @@ def word_matrix(attn: np.ndarray, src_pieces: Sequence[str], tgt_pieces: Sequenc
 
 def argmax_links(matrix: np.ndarray) -> LinkSet:
     """Hard alignment: each target word (row) is linked to the source word (column) with the largest
-    weight (paper 004 Sec. 3.2: "selecting the source word with the highest attention weight for each
+    weight (Yang et al. 2020, Sec. 3.2: "selecting the source word with the highest attention weight for each
     target word"); ties go to the first source word. No links when there is no source word."""
     matrix = np.asarray(matrix)
     if matrix.ndim != 2:
@@ -272,11 +280,11 @@ def argmax_links(matrix: np.ndarray) -> LinkSet:
 
 
 # ----------------------------------------------------------------------------------------------
-# cumulative coverage (paper 004 Eq. 2)
+# cumulative coverage (Yang et al. 2020, Eq. 2)
 
 
 def covered_source_words(links: Iterable[Link]) -> Set[int]:
-    """A_i of paper 004: the source words aligned to at least one target word."""
+    """A_i of Yang et al. (2020): the source words aligned to at least one target word."""
     return {i for i, _ in links}
 
 
@@ -292,7 +300,7 @@ def cumulative_covered(layer_links: Sequence[Optional[LinkSet]]) -> List[int]:
 
 def cumulative_coverage(sentence_layer_links: Sequence[Sequence[Optional[LinkSet]]],
                         n_src_words: Sequence[int]) -> np.ndarray:
-    """Cumulative coverage ratio C_{<=i} = |A_1 ∪ ... ∪ A_i| / N of paper 004 Eq. (2), for every layer i.
+    """Cumulative coverage ratio C_{<=i} = |A_1 ∪ ... ∪ A_i| / N of Yang et al. (2020) Eq. (2), for every layer i.
 
     ``sentence_layer_links[k][l]``: the argmax links of sentence k at decoder layer l (bottom first);
     ``n_src_words[k]``: its number of source words. A_i is taken per sentence (a source word is a
@@ -302,14 +310,53 @@ def cumulative_coverage(sentence_layer_links: Sequence[Sequence[Optional[LinkSet
     if len(sentence_layer_links) != len(n_src_words):
         raise ValueError(f"{len(sentence_layer_links)} sentences of links for {len(n_src_words)} lengths")
     n_layers = max((len(x) for x in sentence_layer_links), default=0)
-    covered = np.zeros(n_layers)
-    for links in sentence_layer_links:
-        c = cumulative_covered(links)
-        covered[:len(c)] += c
-        if len(c) < n_layers:
-            covered[len(c):] += c[-1] if c else 0
-    total = float(sum(n_src_words))
-    return covered / total if total > 0 else np.full(n_layers, np.nan)
+    sums = AlignmentSums(n_layers)
+    for links, n in zip(sentence_layer_links, n_src_words):
+        sums.add_coverage(list(links) + [None] * (n_layers - len(links)), n)  # a missing layer adds nothing
+    return sums.coverage()
+
+
+class AlignmentSums:
+    """Corpus sums per layer (or per combination of layers) behind AER, SAER and coverage: the counts of
+    :func:`aer_counts` / :func:`saer_counts` and the covered source words of :func:`cumulative_covered` are
+    added over sentences and divided at the end (never a mean of per-sentence rates).
+    :func:`aer`, :func:`saer` and :func:`cumulative_coverage` are this class applied to a whole corpus."""
+
+    def __init__(self, n_layers: int):
+        self.aer_counts = np.zeros((n_layers, 4))
+        self.saer_counts = np.zeros((n_layers, 4))
+        self.covered_cumulative = np.zeros(n_layers)  # sum over sentences of |A_1 ∪ ... ∪ A_i|
+        self.covered_layer = np.zeros(n_layers)  # sum over sentences of |A_i|
+        self.src_words = 0  # N
+
+    def add_aer(self, layer: int, links: LinkSet, gold: Tuple[LinkSet, LinkSet]):
+        self.aer_counts[layer] += aer_counts(links, *gold)
+
+    def add_saer(self, layer: int, soft: np.ndarray, gold: Tuple[LinkSet, LinkSet]):
+        self.saer_counts[layer] += saer_counts(soft, *gold)
+
+    def add_coverage(self, layer_links: Sequence[Optional[LinkSet]], n_src_words: int):
+        """One sentence: ``layer_links[l]`` its links at layer l (None: a layer without heads)."""
+        self.covered_cumulative += cumulative_covered(layer_links)
+        self.covered_layer += [len(covered_source_words(links or ())) for links in layer_links]
+        self.src_words += n_src_words
+
+    def aer(self) -> np.ndarray:
+        return np.array([aer_from_counts(c) for c in self.aer_counts])
+
+    def saer(self) -> np.ndarray:
+        return np.array([aer_from_counts(c) for c in self.saer_counts])
+
+    def coverage(self) -> np.ndarray:
+        """C_{<=i} per layer (nan if N = 0)."""
+        return self._per_word(self.covered_cumulative)
+
+    def coverage_layer(self) -> np.ndarray:
+        """|A_i| / N per layer: the layer alone (nan if N = 0)."""
+        return self._per_word(self.covered_layer)
+
+    def _per_word(self, covered: np.ndarray) -> np.ndarray:
+        return covered / self.src_words if self.src_words > 0 else np.full(covered.shape, np.nan)
 
 
 # ----------------------------------------------------------------------------------------------

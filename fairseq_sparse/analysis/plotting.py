@@ -139,3 +139,85 @@ def line_plot(series, path: str, title: str, xlabel: str, ylabel: str) -> str:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+# ------------------------------------------------------------------------------------------------
+# encoder-decoder attention: fairseq-sparse-attention (alignment per layer: Yang et al. 2020, Fig. 4;
+# L0Drop kept vs pruned: Zhang, Titov & Sennrich 2021, Figs. 1/7/8)
+
+
+def plot_attention_layers(layers: Sequence[dict], path: str) -> str:
+    """AER/SAER (when the rows have them), cumulative coverage and entropy per decoder layer, in the style of
+    Yang et al. (2020) Fig. 4; ``layers``: the per-layer rows of ``analysis.attention.summarise``."""
+    x = [r["layer"] for r in layers]
+    has_gold = any(not np.isnan(r["aer"]) for r in layers)
+    panels = {
+        "aer": (("aer", "o-", "AER"), ("saer", "s--", "SAER"), "error rate (lower is better)",
+                "(a) alignment error per layer"),
+        "coverage": (("coverage", "o-", "cumulative C<=i"), ("coverage_layer", "s--", "layer alone |A_i|/N"),
+                     "share of source words", "cumulative coverage (Yang et al. 2020, Eq. 2)"),
+        "entropy": (("entropy", "o-", "head-averaged"), ("entropy_heads", "s--", "mean over heads"),
+                    "entropy per target token (nats)", "attention entropy"),
+    }
+    names = (["aer"] if has_gold else []) + ["coverage", "entropy"]
+    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.4))
+    for ax, name in zip(np.atleast_1d(axes), names):
+        first, second, ylabel, title = panels[name]
+        for key, style, label in (first, second):
+            ax.plot(x, [r[key] for r in layers], style, label=label)
+        if name == "coverage":
+            ax.set_ylim(0, 1.02)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.legend(fontsize=8)
+        ax.set_xlabel("decoder layer")
+        ax.set_xticks(x)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_encdec_head_maps(entropy, max_weight, entropy_path: str, max_weight_path: str):
+    """Heat maps [decoder layers x heads] of the mean entropy and mean largest weight per target token."""
+    rows = [f"dec layer {l}" for l in range(np.shape(entropy)[0])]
+    head_heatmap(entropy, entropy_path, "Encoder-decoder attention: mean entropy per target token",
+                 "entropy (nats)", vmin=0.0, row_labels=rows)
+    head_heatmap(max_weight, max_weight_path, "Encoder-decoder attention: mean max weight per target token",
+                 "mean max weight", vmin=0.0, vmax=1.0, row_labels=rows)
+
+
+def plot_l0drop(summary: dict, pruned, summed_attention, encoder_entropy, low: float, attention_path: str,
+                entropy_path: str):
+    """Histograms of kept vs pruned source tokens: the attention each receives (Zhang, Titov & Sennrich 2021,
+    Figs. 1/7, with the share below ``low``) and its last encoder self-attention entropy (Fig. 8).
+    ``summary``: ``analysis.attention.l0drop_summary``; ``pruned`` and the values: one entry per token."""
+    pruned = np.asarray(pruned, dtype=bool)
+    share = f"share_below_{low}"
+    for key, values, path, xlabel, title in (
+            ("summed_attention", summed_attention, attention_path, "attention weight summed over target words",
+             "Summed encoder-decoder attention per source token\n(Zhang, Titov & Sennrich 2021, Figs. 1/7)"),
+            ("encoder_entropy", encoder_entropy, entropy_path, "entropy of the last encoder self-attention row (nats)",
+             "Encoder self-attention entropy, kept vs pruned\n(Zhang, Titov & Sennrich 2021, Fig. 8)")):
+        values = np.asarray(values, dtype=float)
+        fig, ax = plt.subplots(figsize=(6.4, 3.8))
+        for mask, name, colour in ((~pruned, "kept", "tab:blue"), (pruned, "pruned", "tab:red")):
+            v = values[mask]
+            v = v[np.isfinite(v)]
+            d = summary[key][name]
+            label = f"{name} (n={d['count']}, mean {d['mean']:.2f}" + (
+                f", {100 * d[share]:.1f}% < {low})" if share in d and d["count"] else ")")
+            ax.hist(v, bins=np.array(summary[key]["bin_edges"]), alpha=0.55, color=colour, label=label)
+            if v.size:
+                ax.axvline(float(v.mean()), color=colour, linestyle="--", linewidth=1)
+        d = summary[key]["all"]
+        if share in d:
+            ax.axvline(low, color="0.4", linestyle=":", linewidth=1)
+            title += f"\nall: mean {d['mean']:.2f}, {100 * d[share]:.1f}% below {low}" if d["count"] else ""
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("source tokens")
+        ax.set_title(title, fontsize=9)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)

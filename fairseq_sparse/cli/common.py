@@ -116,6 +116,8 @@ def check_output_dir(output_dir: str, files: Iterable[str], overwrite: bool, opt
     """``output_dir`` must be a directory or not exist, and hold none of ``files`` unless ``overwrite``."""
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise ToolError(f"{option} exists and is not a directory: {output_dir}")
+    if not os.path.isdir(output_dir):
+        return  # the tool creates it: nothing there to replace
     check_output_files([(option, os.path.join(output_dir, f)) for f in files], overwrite)
 
 

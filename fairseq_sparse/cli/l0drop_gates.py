@@ -1,61 +1,77 @@
 """Dump the L0Drop gate of every source token of a data split, and the sparsity rate.
 
     fairseq-sparse-gates DATA --user-dir fairseq_sparse --path CKPT --gen-subset test \\
-        --gates-output gates.tsv [--batch-size 64]
+        --gates-output gates.tsv [--token-summary gates_by_token.tsv] [--batch-size 64] [--overwrite]
 
-Writes one line per source token: sentence id, position, token, g_hat (paper 000 Eq. 13) and
-whether the state is pruned (g_hat = 0); with ``--token-summary FILE`` also the sparsity per token
-type (how often each word's encoding is pruned, paper 000 Sec. 6). Prints the sparsity rate
-#(g_hat = 0) / #source tokens (padding excluded) to stdout.
+Writes one line per source token: sentence id, position, token, g_hat (Zhang, Titov & Sennrich 2021,
+Eq. 13) and whether the state is pruned (g_hat = 0); with ``--token-summary FILE`` also the sparsity per
+token type (how often each word's encoding is pruned, Sec. 6). Prints the sparsity rate
+#(g_hat = 0) / #source tokens (padding excluded) to stdout. Existing output files are replaced only with
+``--overwrite``; every checkpoint of ``--path`` is checked before anything is loaded or written. The
+options are fairseq-generate's (batching, ``--cpu``, ``--model-overrides``).
 """
-import collections
 import logging
 import os
-import sys
 
-import torch
 from fairseq import checkpoint_utils, options, tasks, utils
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
+from fairseq_sparse.analysis import attention as att
+from fairseq_sparse.cli import common
+
 logger = logging.getLogger("fairseq_sparse.l0drop_gates")
+
+PROG = "fairseq-sparse-gates"
 
 
 def add_args(parser):
     group = parser.add_argument_group("L0Drop gate dump")
     group.add_argument("--gates-output", required=True, metavar="FILE", help="TSV: id, position, token, gate, pruned")
     group.add_argument("--token-summary", metavar="FILE", help="TSV: token, count, pruned count, sparsity")
+    common.add_overwrite_arg(group)
+
+
+def validate(args):
+    """Every checkpoint readable, the outputs new (or --overwrite) and none of them an input or each other."""
+    paths = args.path.split(os.pathsep)
+    for path in paths:
+        common.check_checkpoint_file(path, "--path")
+    if args.token_summary is not None and os.path.abspath(args.token_summary) == os.path.abspath(args.gates_output):
+        raise common.ToolError("--token-summary and --gates-output name the same file")
+    common.check_output_files([("--gates-output", args.gates_output), ("--token-summary", args.token_summary)],
+                              args.overwrite, inputs=paths)
+
+
+def load(args):
+    """(cfg, task, model, dataset)."""
+    cfg = convert_namespace_to_omegaconf(args)
+    utils.import_user_module(cfg.common)
+    task = tasks.setup_task(cfg.task)
+    try:
+        models, _ = checkpoint_utils.load_model_ensemble(
+            utils.split_paths(cfg.common_eval.path), arg_overrides=eval(cfg.common_eval.model_overrides), task=task)
+    except Exception as e:  # a checkpoint that passed the archive check but is no model of this task
+        raise common.ToolError(f"cannot load {cfg.common_eval.path}: {type(e).__name__}: {e}") from e
+    model = models[0]
+    if not hasattr(model.encoder, "l0drop"):
+        raise common.ToolError(f"{cfg.common_eval.path} has no L0Drop gates (arch {getattr(model.args, 'arch', '?')})")
+    return cfg, task, model, common.load_split(task, cfg, cfg.dataset.gen_subset)
 
 
 def main(argv=None):
     parser = options.get_generation_parser()
     add_args(parser)
     args = options.parse_args_and_arch(parser, input_args=argv)
-    for path in args.path.split(os.pathsep):
-        if not os.path.exists(path):
-            parser.error(f"checkpoint not found: {path}")
-    out_dir = os.path.dirname(os.path.abspath(args.gates_output))
-    if not os.path.isdir(out_dir):
-        parser.error(f"directory of --gates-output does not exist: {out_dir}")
-    cfg = convert_namespace_to_omegaconf(args)
-    utils.import_user_module(cfg.common)
-    logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", level=logging.INFO, stream=sys.stderr)
-
-    task = tasks.setup_task(cfg.task)
-    models, _ = checkpoint_utils.load_model_ensemble(
-        utils.split_paths(cfg.common_eval.path), arg_overrides=eval(cfg.common_eval.model_overrides), task=task
-    )
-    model = models[0]
-    encoder = model.encoder
-    if not hasattr(encoder, "l0drop"):
-        raise SystemExit(f"error: {cfg.common_eval.path} has no L0Drop gates (arch {getattr(model.args, 'arch', '?')})")
-    use_cuda = torch.cuda.is_available() and not cfg.common.cpu
-    if use_cuda:
+    try:
+        validate(args)
+        cfg, task, model, dataset = load(args)
+    except common.ToolError as e:
+        common.fail(PROG, str(e))
+    cuda = common.use_cuda(cfg.common.cpu)
+    if cuda:
         model.cuda()
     model.eval()
-    encoder.pruned_decoding = False  # the gates are the same either way; keep the full layout
-
-    task.load_dataset(cfg.dataset.gen_subset, task_cfg=cfg.task)
-    dataset = task.dataset(cfg.dataset.gen_subset)
+    model.encoder.pruned_decoding = False  # the gates are the same either way; keep the full layout
     itr = task.get_batch_iterator(
         dataset=dataset,
         max_tokens=cfg.dataset.max_tokens,
@@ -64,37 +80,21 @@ def main(argv=None):
         ignore_invalid_inputs=cfg.dataset.skip_invalid_size_inputs_valid_test,
         num_workers=cfg.dataset.num_workers,
     ).next_epoch_itr(shuffle=False)
-    src_dict = task.source_dictionary
-    per_token = collections.defaultdict(lambda: [0, 0])
-    total = pruned = 0
-    with open(args.gates_output, "w") as out, torch.no_grad():
-        out.write("id\tposition\ttoken\tgate\tpruned\n")
-        for sample in itr:
-            sample = utils.move_to_cuda(sample) if use_cuda else sample
-            src = sample["net_input"]["src_tokens"]
-            gates = encoder(src, sample["net_input"]["src_lengths"])["l0drop_gates"][0].float().cpu()
-            src = src.cpu()
-            for row, sid in enumerate(sample["id"].tolist()):
-                real = src[row].ne(src_dict.pad()).nonzero().flatten().tolist()
-                for pos, t in enumerate(real):
-                    g = float(gates[row, t])
-                    word = src_dict[src[row, t]]
-                    out.write(f"{sid}\t{pos}\t{word}\t{g:.6g}\t{int(g == 0)}\n")
-                    per_token[word][0] += 1
-                    per_token[word][1] += int(g == 0)
-                    total += 1
-                    pruned += int(g == 0)
+    samples = (utils.move_to_cuda(s) if cuda else s for s in itr)
+    rows = [(sid, pos, token, g, int(g == 0))
+            for sid, pos, token, g in att.source_token_gates(model.encoder, samples, task.source_dictionary)]
+    common.write_tsv(args.gates_output, ["id", "position", "token", "gate", "pruned"], rows, float_spec="{:.6g}")
     if args.token_summary:
-        with open(args.token_summary, "w") as f:
-            f.write("token\tcount\tpruned\tsparsity\n")
-            for word, (n, p) in sorted(per_token.items(), key=lambda kv: -kv[1][0]):
-                f.write(f"{word}\t{n}\t{p}\t{p / n:.4f}\n")
-    rate = pruned / max(total, 1)
-    print(f"L0Drop sparsity rate {100 * rate:.2f}% ({pruned} of {total} source tokens pruned) on {cfg.dataset.gen_subset}")
+        common.write_tsv(args.token_summary, ["token", "count", "pruned", "sparsity"], att.token_sparsity(rows))
+    pruned = sum(r[4] for r in rows)
+    rate = pruned / max(len(rows), 1)
+    print(f"L0Drop sparsity rate {100 * rate:.2f}% ({pruned} of {len(rows)} source tokens pruned) on "
+          f"{cfg.dataset.gen_subset}")
     return rate
 
 
 def cli_main():
+    common.setup_logging()
     main()
 
 
