@@ -1,4 +1,4 @@
-"""The universal probing decoder of paper 004 (fairseq_sparse.probing, fairseq-sparse-probe).
+"""The universal probing decoder of Yang et al. (2020) (fairseq_sparse.analysis.probing, fairseq-sparse-probe).
 
 * the module recorder reads the same representations from fairseq's own decoder layer (hooks) as our
   decoder layer records itself, pre- and post-norm;
@@ -19,7 +19,7 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 
 from conftest import USER_DIR, console, run
 from fairseq_sparse.modules.decoder_layer import SublayerDecoderLayer
-from fairseq_sparse.probing import (
+from fairseq_sparse.analysis.probing import (
     MODULES,
     DecoderModuleRecorder,
     ProbeDecoder,
@@ -130,6 +130,33 @@ def _train_copy_probe(causal_memory, steps=150):
         return float(-lp.gather(-1, words.unsqueeze(-1)).mean()), math.log(len(vocab))
 
 
+@pytest.mark.parametrize("causal_memory", [True, False])
+def test_left_padded_targets_give_finite_gradients(causal_memory):
+    """Left-padded targets (--left-pad-target): the leading pad queries of the target probe see only
+    masked memory under the causal mask; their loss is excluded and no NaN may reach any parameter."""
+    torch.manual_seed(0)
+    d = Dictionary()
+    for i in range(10):
+        d.add_symbol(f"w{i}")
+    pad, eos = d.pad(), d.eos()
+    probe = ProbeDecoder(d, memory_dim=D, embed_dim=D, ffn_dim=F, heads=H, dropout=0.0,
+                         causal_memory=causal_memory)
+    rows = [[5, 6, 7, 8, eos], [9, 10, eos]]  # target sentences of lengths 5 and 3
+    target = torch.tensor([[pad] * (5 - len(r)) + r for r in rows])  # left-padded, as fairseq collates them
+    prev = torch.tensor([[pad] * (5 - len(r)) + [eos] + r[:-1] for r in rows])
+    memory_pad = prev.eq(pad)
+    memory = torch.randn(5, 2, D)
+    loss = probe.nll(memory, memory_pad, prev, target)
+    loss.backward()
+    assert torch.isfinite(loss)
+    for name, p in probe.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), name
+    # the padded rows change nothing: the loss of the short sentence alone is the same
+    alone = probe.nll(memory[2:, 1:], memory_pad[1:, 2:], prev[1:, 2:], target[1:, 2:])
+    full = probe.nll(memory[:, 1:], memory_pad[1:], prev[1:], target[1:])
+    assert torch.allclose(alone, full, atol=1e-5)
+
+
 def test_target_probe_mask_stops_copying_the_translation_history():
     masked, uniform = _train_copy_probe(causal_memory=True)
     unmasked, _ = _train_copy_probe(causal_memory=False)
@@ -202,3 +229,31 @@ def test_probe_cli_on_simplified_decoder(corpus, tmp_path):
     assert modules == {"tem", "sem", "ifm", "addnorm1"}
     assert os.path.exists(os.path.join(out, "probe_modules.png"))
     assert not os.path.exists(os.path.join(out, "probe_ifm.png"))  # no FFN: no Fig. 8
+
+
+def test_probe_cli_refuses_existing_outputs_and_truncated_checkpoints(corpus, stock_transformer_ckpt, tmp_path):
+    out = tmp_path / "probe"
+    out.mkdir()
+    (out / "probe.tsv").write_text("an earlier run\n")
+    proc = run(probe_cmd(corpus["bin"], stock_transformer_ckpt, str(out), ["--probe", "target", "--modules", "ifm"]),
+               check=False)
+    assert proc.returncode == 2 and "probe.tsv exists; pass --overwrite" in proc.stderr, proc.stderr[-2000:]
+    assert (out / "probe.tsv").read_text() == "an earlier run\n"
+    assert sorted(os.listdir(out)) == ["probe.tsv"]
+    run(probe_cmd(corpus["bin"], stock_transformer_ckpt, str(out),
+                  ["--probe", "target", "--modules", "ifm", "--layers", "1", "--valid-subset", "test", "--overwrite"]))
+    assert (out / "probe.tsv").read_text().splitlines()[0] == "kind\tlayer\tmodule\ttokens\tnll\tppl"
+    # never over its own input, even with --overwrite
+    (out / "probe.json").write_text(json.dumps({"label": "old", "results": []}))
+    proc = run(probe_cmd(corpus["bin"], stock_transformer_ckpt, str(out),
+                         ["--overwrite", "--compare", str(out / "probe.json")]), check=False)
+    assert proc.returncode == 2 and "is an input of this command" in proc.stderr, proc.stderr[-2000:]
+    # a truncated checkpoint: a clear error before anything is loaded or written
+    truncated = tmp_path / "truncated.pt"
+    with open(stock_transformer_ckpt, "rb") as f:
+        truncated.write_bytes(f.read()[: os.path.getsize(stock_transformer_ckpt) // 2])
+    fresh = str(tmp_path / "never")
+    proc = run(probe_cmd(corpus["bin"], str(truncated), fresh), check=False)
+    assert proc.returncode == 2 and "cannot read" in proc.stderr and "truncated or corrupt" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not os.path.exists(fresh)

@@ -221,3 +221,73 @@ def plot_l0drop(summary: dict, pruned, summed_attention, encoder_entropy, low: f
         fig.tight_layout()
         fig.savefig(path, dpi=110)
         plt.close(fig)
+
+
+# ------------------------------------------------------------------------------------------------
+# probing (Yang et al. 2020): recovery perplexity per decoder module and layer (Figs. 3, 8 and 10),
+# fairseq-sparse-probe; ``out`` is its probe.json ({label, results: [{kind, layer, module, ppl}]})
+
+
+def _probe_series(out, kind, module):
+    pts = sorted((r["layer"], r["ppl"]) for r in out["results"] if r["kind"] == kind and r["module"] == module)
+    return [p[0] for p in pts], [p[1] for p in pts]
+
+
+def _probe_axis(ax, out, title, ylabel):
+    layers = sorted({r["layer"] for r in out["results"]})
+    values = [y for line in ax.get_lines() for y in line.get_ydata() if y > 0]  # this panel's curves
+    ax.set_xticks(layers)
+    if values and max(values) / min(values) > 10:
+        ax.set_yscale("log")
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel("decoder layer (0 = bottom)")
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def _probe_panels(out):
+    """(figure, axes, kinds): one panel per probed sequence (source, target)."""
+    from .probing import PROBE_KINDS
+
+    kinds = [k for k in PROBE_KINDS if any(r["kind"] == k for r in out["results"])]
+    fig, axes = plt.subplots(1, len(kinds), figsize=(5.2 * len(kinds), 3.8), squeeze=False)
+    return fig, axes[0], kinds
+
+
+def plot_probe_curves(out: dict, modules: Sequence[str], path: str, title: str) -> Optional[str]:
+    """Recovery PPL per layer of each of ``modules``, a panel per sequence (Figs. 3 and 8); nothing is
+    saved when none of ``modules`` was probed. Returns the path saved, or None."""
+    from .probing import MODULE_LABELS
+
+    fig, axes, kinds = _probe_panels(out)
+    drawn = False
+    for ax, kind in zip(axes, kinds):
+        for m in modules:
+            xs, ys = _probe_series(out, kind, m)
+            if xs:
+                ax.plot(xs, ys, marker="o", markersize=4, label=MODULE_LABELS[m])
+                drawn = True
+        _probe_axis(ax, out, f"{kind} ({out['label']})", "recovery PPL (lower = more information)")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    if drawn:
+        fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path if drawn else None
+
+
+def plot_probe_compare(out: dict, other: dict, path: str) -> str:
+    """The IFM curves of two runs overlaid, a panel per sequence (Fig. 10)."""
+    fig, axes, kinds = _probe_panels(out)
+    for ax, kind in zip(axes, kinds):
+        for run, style in ((out, "-"), (other, "--")):
+            xs, ys = _probe_series(run, kind, "ifm")
+            if xs:
+                ax.plot(xs, ys, style, marker="o", markersize=4, label=f"IFM, {run.get('label', '?')}")
+        _probe_axis(ax, out, kind, "recovery PPL (lower = more information)")
+    fig.suptitle("IFM information per layer (Yang et al. 2020, Fig. 10)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

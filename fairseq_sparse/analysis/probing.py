@@ -1,4 +1,4 @@
-"""The universal probing scheme of paper 004 (Yang et al., Sec. 3.1, Fig. 2, Eq. 1).
+"""The universal probing scheme of Yang et al. (2020), Sec. 3.1, Fig. 2, Eq. 1, and its training loop.
 
 A frozen translation model is run teacher-forced; every decoder module's representation
 H = (h_1 .. h_M) (one vector per target position) is read, and a one-layer Transformer decoder (the
@@ -17,21 +17,30 @@ Modules per decoder layer (:mod:`fairseq_sparse.modules.decoder_layer` has the d
 ``tem``, ``sem``, ``ifm`` (Fig. 3), and inside the IFM ``addnorm1``, ``ffn``, ``addnorm2`` (Fig. 8).
 Our decoder layers record them themselves; fairseq's own ``TransformerDecoderLayerBase`` (stock
 ``transformer`` checkpoints) is read with forward hooks at the same points.
+
+Training and evaluation (:func:`probe_model`): all probes train together on the same batches of the
+frozen model (disjoint parameters, one Adam step on the sum of their per-token losses) for at most
+``max_updates`` updates / ``max_epochs`` passes, then report the per-token NLL and perplexity of each
+on held-out batches.
 """
+import math
+import time
 from contextlib import contextmanager
-from typing import Dict, List, Optional, Sequence
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
+from fairseq import utils
 from fairseq.data import data_utils
 from fairseq.models.transformer import Embedding, TransformerConfig, TransformerDecoderBase
 from fairseq.modules import MultiheadAttention
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 from torch import Tensor, nn
 
-from .modules.decoder_layer import SublayerDecoderLayer
+from ..modules.decoder_layer import SublayerDecoderLayer
 
-#: the modules of a decoder layer that can be probed (paper 004 Figs. 3 and 8)
+#: the modules of a decoder layer that can be probed (Yang et al. 2020, Figs. 3 and 8)
 MODULES = ("tem", "sem", "ifm", "addnorm1", "ffn", "addnorm2")
 MODULE_LABELS = {"tem": "TEM", "sem": "SEM", "ifm": "IFM", "addnorm1": "Add-Norm I", "ffn": "FFN",
                  "addnorm2": "Add-Norm II"}
@@ -120,11 +129,29 @@ class DecoderModuleRecorder:
 
 class CausalMemoryAttention(MultiheadAttention):
     """Encoder-decoder attention of the target probe: query i attends to memory positions j <= i only
-    (memory and queries are both target positions; see the module docstring). Full-sequence passes only."""
+    (memory and queries are both target positions; see the module docstring). Full-sequence passes only.
+
+    The memory padding is applied here per query, together with the causal mask: with left-padded
+    targets a leading pad query sees only padded memory, and a softmax over nothing but -inf would give
+    NaN, which the backward pass spreads (0 * NaN) to every probe parameter although that query's loss is
+    excluded. Such a query attends to the whole memory instead: finite, and never counted."""
+
+    _memory_pad: Optional[Tensor] = None
+
+    def forward(self, query, key, value, key_padding_mask=None, **kwargs):
+        self._memory_pad = key_padding_mask
+        try:
+            return super().forward(query, key, value, key_padding_mask=None, **kwargs)
+        finally:
+            self._memory_pad = None
 
     def apply_sparse_mask(self, attn_weights: Tensor, tgt_len: int, src_len: int, bsz: int):
-        future = torch.ones(tgt_len, src_len, dtype=torch.bool, device=attn_weights.device).triu(1)
-        return attn_weights.masked_fill(future.unsqueeze(0), float("-inf"))
+        hidden = torch.ones(1, tgt_len, src_len, dtype=torch.bool, device=attn_weights.device).triu(1)
+        if self._memory_pad is not None:
+            hidden = hidden | self._memory_pad.bool().unsqueeze(1)  # B x T x S
+        hidden = hidden & ~hidden.all(dim=-1, keepdim=True)  # a query that would see nothing sees all
+        weights = attn_weights.view(-1, self.num_heads, tgt_len, src_len)
+        return weights.masked_fill(hidden.unsqueeze(1), float("-inf")).view_as(attn_weights)
 
 
 class _ProbeLayer(TransformerDecoderLayerBase):
@@ -161,7 +188,9 @@ class ProbeDecoder(TransformerDecoderBase):
         return _ProbeLayer(cfg, self._causal_memory)
 
     def nll(self, memory: Tensor, memory_pad: Tensor, prev_tokens: Tensor, target: Tensor) -> Tensor:
-        """Summed negative log-likelihood (nats) of ``target`` given the memory (T x B x C) (Eq. 1)."""
+        """Summed negative log-likelihood (nats) of ``target`` given the memory (T x B x C) (Eq. 1). The
+        memory at padded positions is zeroed: it is never read, and a frozen decoder may leave anything there."""
+        memory = memory.masked_fill(memory_pad.t().unsqueeze(-1), 0.0)
         enc = {"encoder_out": [memory], "encoder_padding_mask": [memory_pad]}
         logits, _ = self(prev_tokens, encoder_out=enc)
         lprobs = F.log_softmax(logits.float(), dim=-1)
@@ -240,3 +269,113 @@ def frozen(model: nn.Module):
         for p, f in zip(model.parameters(), flags):
             p.requires_grad_(f)
         model.train(was_training)
+
+
+# ------------------------------------------------------------------------------------------------
+# training and evaluation (Yang et al. 2020, Sec. 3.1)
+
+
+@dataclass
+class ProbeSettings:
+    """Sizes of the probes and their training schedule."""
+    embed_dim: int
+    ffn_dim: int
+    heads: int
+    dropout: float = 0.1
+    lr: float = 1e-3
+    max_updates: int = 2000
+    max_epochs: int = 1
+    log_interval: int = 100
+
+
+def build_probes(kinds: Sequence[str], layer_ids: Sequence[int], modules: Sequence[str], dictionaries,
+                 memory_dim: int, settings: ProbeSettings) -> ProbeSet:
+    """One probe per (kind, layer, module); ``dictionaries[kind]`` is the vocabulary it recovers."""
+    keys = [(k, l, m) for k in kinds for l in layer_ids for m in modules]
+    return ProbeSet(keys, dictionaries, memory_dim=memory_dim, embed_dim=settings.embed_dim,
+                    ffn_dim=settings.ffn_dim, heads=settings.heads, dropout=settings.dropout)
+
+
+def forward_sequences(model, sample, recorder: DecoderModuleRecorder, kinds: Sequence[str], dictionaries):
+    """Teacher-forced pass of the frozen model over ``sample``: (memory padding mask, {kind: (prev_tokens,
+    target)}); the module representations are in ``recorder.records``."""
+    net = sample["net_input"]
+    recorder.reset()
+    with torch.no_grad():
+        enc = model.encoder(net["src_tokens"], src_lengths=net["src_lengths"])
+        model.decoder(net["prev_output_tokens"], encoder_out=enc, src_lengths=net["src_lengths"])
+    memory_pad = net["prev_output_tokens"].eq(dictionaries["target"].pad())
+    seqs = {}
+    if "source" in kinds:
+        seqs["source"] = source_sequences(net["src_tokens"], dictionaries["source"].pad(),
+                                          dictionaries["source"].eos())
+    if "target" in kinds:
+        seqs["target"] = (net["prev_output_tokens"], sample["target"])
+    return memory_pad, seqs
+
+
+def _probe_batches(model, probes: ProbeSet, recorder, samples: Iterable, dictionaries):
+    """(samples moved to the probes' device, per-probe summed NLL, target tokens per kind) of each sample."""
+    device = next(probes.parameters()).device
+    kinds = sorted({key[0] for key in probes.keys})
+    for sample in samples:
+        if not sample:
+            continue
+        sample = utils.apply_to_sample(lambda t: t.to(device), sample)
+        memory_pad, seqs = forward_sequences(model, sample, recorder, kinds, dictionaries)
+        ntok = {k: int(t.ne(dictionaries[k].pad()).sum()) for k, (_, t) in seqs.items()}
+        yield probes.losses(recorder.records, memory_pad, seqs), ntok
+
+
+def train_probes(model, probes: ProbeSet, recorder, epochs: Callable[[int], Iterable], dictionaries,
+                 settings: ProbeSettings) -> int:
+    """Adam on the summed per-token losses of all probes; returns the number of updates. ``epochs(e)``
+    gives the training samples of epoch ``e`` (1-based); when it has a ``log`` method (a fairseq progress
+    bar), the mean NLL is logged there every ``settings.log_interval`` updates."""
+    optimizer = torch.optim.Adam(probes.parameters(), lr=settings.lr)
+    updates = 0
+    probes.train()
+    for epoch in range(1, settings.max_epochs + 1):
+        itr = epochs(epoch)
+        for losses, ntok in _probe_batches(model, probes, recorder, itr, dictionaries):
+            loss = sum(v / ntok[key[0]] for key, v in losses.items())
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            updates += 1
+            if updates % settings.log_interval == 0 and hasattr(itr, "log"):
+                itr.log({"mean_nll": round(loss.item() / len(probes.keys), 4)}, tag="train", step=updates)
+            if updates >= settings.max_updates:
+                return updates
+    return updates
+
+
+def evaluate_probes(model, probes: ProbeSet, recorder, samples: Iterable, dictionaries) -> List[dict]:
+    """Per probe: {kind, layer, module, tokens, nll (nats per token), ppl = exp(nll)} on ``samples`` (Eq. 1)."""
+    probes.eval()
+    nll = {k: 0.0 for k in probes.keys}
+    tokens = {k: 0 for k in probes.keys}
+    with torch.no_grad():
+        for losses, ntok in _probe_batches(model, probes, recorder, samples, dictionaries):
+            for key, v in losses.items():
+                nll[key] += float(v)
+                tokens[key] += ntok[key[0]]
+    results = []
+    for key in probes.keys:
+        per_token = nll[key] / max(tokens[key], 1)
+        kind, layer, module = key
+        results.append({"kind": kind, "layer": layer, "module": module, "tokens": tokens[key], "nll": per_token,
+                        "ppl": math.exp(per_token)})
+    return results
+
+
+def probe_model(model, probes: ProbeSet, recorder: DecoderModuleRecorder, train_epochs: Callable[[int], Iterable],
+                valid_samples: Callable[[], Iterable], dictionaries, settings: ProbeSettings) -> dict:
+    """Train the probes on the frozen ``model`` (:func:`train_probes`), then evaluate them on the samples
+    ``valid_samples()`` gives (:func:`evaluate_probes`): {updates, train_seconds, results}."""
+    t0 = time.time()
+    with frozen(model), recorder:
+        updates = train_probes(model, probes, recorder, train_epochs, dictionaries, settings)
+        train_seconds = time.time() - t0
+        results = evaluate_probes(model, probes, recorder, valid_samples(), dictionaries)
+    return {"updates": updates, "train_seconds": train_seconds, "results": results}

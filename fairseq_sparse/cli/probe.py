@@ -1,4 +1,4 @@
-"""fairseq-sparse-probe: the universal probing decoder of paper 004 (Yang et al., Sec. 3.1 and 3.3).
+"""fairseq-sparse-probe: the universal probing decoder of Yang et al. (2020), Sec. 3.1 and 3.3.
 
     fairseq-sparse-probe DATA --path CKPT --output-dir DIR [--probe source,target] [--modules all]
         [--layers all] [--train-subset train] [--valid-subset valid] [--max-updates 2000] [--max-epochs 1]
@@ -14,36 +14,34 @@ it from reading states that have seen the word to predict). All probes train on 
 held-out data (``--valid-subset``): lower = more of that sequence in the representation.
 
 Outputs in --output-dir: probe.tsv (kind, layer, module, tokens, nll, ppl), probe.json, probe_modules.png
-(TEM / SEM / IFM per layer, source and target panels: paper 004 Fig. 3), probe_ifm.png (Add-Norm I /
+(TEM / SEM / IFM per layer, source and target panels: Yang et al. 2020, Fig. 3), probe_ifm.png (Add-Norm I /
 FFN / Add-Norm II: Fig. 8; for decoders with an FFN) and, with ``--compare``, probe_compare.png (IFM
 of this and another run: Fig. 10). Layers are numbered from 0 (bottom), as in fairseq-sparse-attention.
+Output files that exist already are refused unless ``--overwrite``; every input is checked before
+anything is loaded. The maths and the training loop are in :mod:`fairseq_sparse.analysis.probing`.
 """
 import argparse
 import json
 import logging
-import math
 import os
-import sys
-import time
 
 import torch
 
+from fairseq_sparse.analysis.probing import MODULE_LABELS, MODULES, PROBE_KINDS
 from fairseq_sparse.cli import common
-from fairseq_sparse.probing import MODULE_LABELS, MODULES, PROBE_KINDS
 
 logger = logging.getLogger("fairseq_sparse.probe")
 PROG = "fairseq-sparse-probe"
+TSV_HEADER = ("kind", "layer", "module", "tokens", "nll", "ppl")
 
 
 def get_parser():
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("data", help="fairseq-preprocess output directory (dictionaries and the subsets)")
-    p.add_argument("--path", required=True, help="checkpoint of the translation model to probe (kept frozen)")
+    common.add_checkpoint_args(p, path_help="checkpoint of the translation model to probe (kept frozen)")
     p.add_argument("--output-dir", required=True, help="where probe.tsv, probe.json and the PNGs go")
-    p.add_argument("--user-dir", default=None, help="another fairseq plugin the checkpoint needs")
-    p.add_argument("--source-lang", default=None)
-    p.add_argument("--target-lang", default=None)
+    common.add_overwrite_arg(p)
     p.add_argument("--probe", default="source,target",
                    help="sequences to recover: source (auto-encoding the source sentence), target (with the mask "
                         "against copying the translation history), or both")
@@ -65,73 +63,109 @@ def get_parser():
     p.add_argument("--label", default=None, help="name of this model in the plots (default: the checkpoint's arch)")
     p.add_argument("--compare", default=None, metavar="JSON",
                    help="probe.json of another model (e.g. the standard decoder): probe_compare.png overlays the "
-                        "IFM curves of both (paper 004 Fig. 10)")
+                        "IFM curves of both (Yang et al. 2020, Fig. 10)")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--cpu", action="store_true", help="run on the CPU even if CUDA is available")
-    p.add_argument("--log-interval", type=int, default=100)
-    p.add_argument("--no-progress-bar", action="store_true")
-    p.add_argument("--log-format", default=None, choices=("json", "none", "simple", "tqdm"))
+    common.add_progress_args(p)
     return p
-
-
-def _fail(msg):
-    print(f"{PROG}: error: {msg}", file=sys.stderr)
-    raise SystemExit(2)
 
 
 def _csv(value):
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
-def validate(args):
-    """Everything that can be checked before a model is loaded."""
-    if not os.path.isfile(args.path):
-        _fail(f"checkpoint not found: {args.path}")
-    if not os.path.isdir(args.data):
-        _fail(f"data directory not found: {args.data}")
-    if args.compare is not None and not os.path.isfile(args.compare):
-        _fail(f"--compare file not found: {args.compare}")
-    if os.path.exists(args.output_dir) and not os.path.isdir(args.output_dir):
-        _fail(f"--output-dir exists and is not a directory: {args.output_dir}")
+def output_files(modules, compare):
+    """The files this run may write in --output-dir."""
+    files = ["probe.tsv", "probe.json", "probe_modules.png"]
+    if modules is None or "ffn" in modules:
+        files.append("probe_ifm.png")
+    if compare is not None:
+        files.append("probe_compare.png")
+    return files
+
+
+def check_options(args):
+    """(kinds, modules or None for all) from the option values; ToolError on a bad value."""
     kinds = _csv(args.probe)
     if not kinds or any(k not in PROBE_KINDS for k in kinds):
-        _fail(f"--probe must name source and/or target, got {args.probe!r}")
+        raise common.ToolError(f"--probe must name source and/or target, got {args.probe!r}")
     modules = None if args.modules.strip() == "all" else _csv(args.modules)
     if modules is not None and (not modules or any(m not in MODULES for m in modules)):
-        _fail(f"--modules: unknown module(s) in {args.modules!r}; choose from {', '.join(MODULES)} or 'all'")
+        raise common.ToolError(f"--modules: unknown module(s) in {args.modules!r}; choose from {', '.join(MODULES)} "
+                               "or 'all'")
     for name in ("max_updates", "max_epochs", "max_tokens", "log_interval"):
         if getattr(args, name) < 1:
-            _fail(f"--{name.replace('_', '-')} must be >= 1")
+            raise common.ToolError(f"--{name.replace('_', '-')} must be >= 1")
     for name in ("batch_size", "probe_embed_dim", "probe_ffn_dim", "probe_heads"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
-            _fail(f"--{name.replace('_', '-')} must be >= 1")
+            raise common.ToolError(f"--{name.replace('_', '-')} must be >= 1")
     if not args.lr > 0:
-        _fail("--lr must be > 0")
+        raise common.ToolError("--lr must be > 0")
     if not 0 <= args.probe_dropout < 1:
-        _fail("--probe-dropout must be in [0, 1)")
-    compare = None
-    if args.compare is not None:
-        try:
-            with open(args.compare) as f:
-                compare = json.load(f)
-            compare["results"]
-        except (ValueError, KeyError, TypeError) as e:
-            _fail(f"--compare {args.compare} is not a probe.json written by {PROG}: {e}")
-    return kinds, modules, compare
+        raise common.ToolError("--probe-dropout must be in [0, 1)")
+    return kinds, modules
 
 
-def load_subset(task, cfg, subset):
+def read_compare(path):
+    """The probe.json of --compare (None without it)."""
+    if path is None:
+        return None
     try:
-        task.load_dataset(subset, task_cfg=cfg.task)
-    except Exception as e:
-        _fail(f"cannot load subset '{subset}' from the data directory: {type(e).__name__}: {e}")
-    dataset = task.dataset(subset)
-    if getattr(dataset, "tgt", None) is None:
-        _fail(f"subset '{subset}' has no target side: the probe reads the decoder on reference translations")
-    return dataset
+        with open(path) as f:
+            compare = json.load(f)
+        compare["results"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise common.ToolError(f"--compare {path} is not a probe.json written by {PROG}: {e}") from None
+    return compare
+
+
+def validate(args):
+    """Everything that can be checked before a model is loaded: (kinds, modules, compare)."""
+    common.check_checkpoint_file(args.path)
+    common.check_data_dir(args.data)
+    common.check_input_files(("--compare", args.compare))
+    kinds, modules = check_options(args)
+    files = output_files(modules, args.compare)
+    common.check_output_dir(args.output_dir, files, args.overwrite)
+    if os.path.isdir(args.output_dir):  # and none of them is an input (--compare OUT/probe.json)
+        common.check_output_files([("--output-dir", os.path.join(args.output_dir, f)) for f in files], True,
+                                  inputs=(args.path, args.compare))
+    return kinds, modules, read_compare(args.compare)
+
+
+def load(args, wanted_modules):
+    """(model, cfg, task, layer ids, modules, recorder, train set, valid set)."""
+    from fairseq_sparse.analysis.probing import DecoderModuleRecorder, check_modules
+
+    common.import_plugins(args.user_dir)
+    model, cfg, task = common.load_checkpoint(args.path, args.data, args.source_lang, args.target_lang)
+    decoder = getattr(model, "decoder", None)
+    if getattr(model, "encoder", None) is None or not hasattr(decoder, "layers"):
+        raise common.ToolError(f"{args.path}: {type(model).__name__} is not a fairseq encoder-decoder transformer")
+    layer_ids = common.parse_layers(args.layers, len(decoder.layers))
+    modules = check_modules(decoder.layers, wanted_modules, layer_ids, what=args.path)
+    recorder = DecoderModuleRecorder(decoder.layers)
+    if not modules:
+        raise common.ToolError(f"the chosen decoder layers of {args.path} share no probe-able module")
+    train_set = common.load_split(task, cfg, args.train_subset, need_target=True)
+    valid_set = common.load_split(task, cfg, args.valid_subset, need_target=True)
+    return model, cfg, task, layer_ids, modules, recorder, train_set, valid_set
+
+
+def probe_settings(args, cfg, model):
+    from fairseq_sparse.analysis.probing import ProbeSettings
+
+    embed_dim = args.probe_embed_dim or model.decoder.embed_dim
+    heads = args.probe_heads or getattr(cfg.model, "decoder_attention_heads", None) or 4
+    if embed_dim % heads:
+        raise common.ToolError(f"--probe-embed-dim {embed_dim} is not a multiple of the probe's {heads} heads "
+                               "(--probe-heads)")
+    return ProbeSettings(embed_dim=embed_dim, ffn_dim=args.probe_ffn_dim or 4 * embed_dim, heads=heads,
+                         dropout=args.probe_dropout, lr=args.lr, max_updates=args.max_updates,
+                         max_epochs=args.max_epochs, log_interval=args.log_interval)
 
 
 def batches(task, model, dataset, args, epoch, shuffle):
+    """fairseq's token-bounded batches (one max-positions rule: the task's and the model's)."""
     from fairseq import utils
 
     itr = task.get_batch_iterator(
@@ -142,205 +176,67 @@ def batches(task, model, dataset, args, epoch, shuffle):
     return itr.next_epoch_itr(shuffle=shuffle)
 
 
-def forward_sequences(model, sample, recorder, kinds, src_dict, tgt_dict):
-    """Teacher-forced pass of the frozen model: (memory padding mask, {kind: (prev_tokens, target)});
-    the module representations are in ``recorder.records``."""
-    from fairseq_sparse.probing import source_sequences
+def run_probes(args, model, cfg, task, layer_ids, modules, recorder, train_set, valid_set, kinds, settings):
+    """Build, train and evaluate the probes: the probe.json dictionary."""
+    from fairseq_sparse.analysis.probing import build_probes, probe_model
 
-    net = sample["net_input"]
-    recorder.reset()
-    with torch.no_grad():
-        enc = model.encoder(net["src_tokens"], src_lengths=net["src_lengths"])
-        model.decoder(net["prev_output_tokens"], encoder_out=enc, src_lengths=net["src_lengths"])
-    memory_pad = net["prev_output_tokens"].eq(tgt_dict.pad())
-    seqs = {}
-    if "source" in kinds:
-        seqs["source"] = source_sequences(net["src_tokens"], src_dict.pad(), src_dict.eos())
-    if "target" in kinds:
-        seqs["target"] = (net["prev_output_tokens"], sample["target"])
-    return memory_pad, seqs
+    device = torch.device("cuda" if common.use_cuda(args.cpu) else "cpu")
+    model.to(device)
+    torch.manual_seed(args.seed)
+    dictionaries = {"source": task.source_dictionary, "target": task.target_dictionary}
+    probes = build_probes(kinds, layer_ids, modules, dictionaries, model.decoder.embed_dim, settings).to(device)
+    n_params = sum(p.numel() for p in probes.parameters())
+    label = args.label or getattr(cfg.model, "arch", type(model).__name__)
+    logger.info(f"probing {args.path} ({label}): {len(probes.keys)} probes ({', '.join(kinds)} x layers {layer_ids} "
+                f"x {', '.join(modules)}), {n_params} probe parameters; training on '{args.train_subset}' for at "
+                f"most {args.max_updates} updates / {args.max_epochs} epochs, reporting on '{args.valid_subset}'")
+
+    def train_epochs(epoch):
+        return common.progress(batches(task, model, train_set, args, epoch, shuffle=True), args,
+                               f"epoch {epoch:03d} | probe training on '{args.train_subset}'")
+
+    def valid_samples():
+        return batches(task, model, valid_set, args, 1, shuffle=False)
+
+    run = probe_model(model, probes, recorder, train_epochs, valid_samples, dictionaries, settings)
+    return {"checkpoint": os.path.abspath(args.path), "data": os.path.abspath(args.data), "label": label,
+            "train_subset": args.train_subset, "valid_subset": args.valid_subset, "updates": run["updates"],
+            "train_seconds": round(run["train_seconds"], 1), "probe_parameters": n_params,
+            "settings": {"probe_embed_dim": settings.embed_dim, "probe_ffn_dim": settings.ffn_dim,
+                         "probe_heads": settings.heads, "probe_dropout": settings.dropout, "lr": settings.lr,
+                         "max_tokens": args.max_tokens, "seed": args.seed},
+            "results": run["results"]}
 
 
 def main(argv=None):
     args = get_parser().parse_args(argv)
-    kinds, wanted_modules, compare = validate(args)
-
-    from fairseq import utils
-    from fairseq.logging import progress_bar
-
-    from fairseq_sparse.probing import DecoderModuleRecorder, ProbeSet, check_modules, frozen
-
-    common.import_plugins(args.user_dir)
     try:
-        model, cfg, task = common.load_checkpoint(args.path, args.data, args.source_lang, args.target_lang)
-    except ValueError as e:
-        _fail(str(e))
-    decoder = getattr(model, "decoder", None)
-    if getattr(model, "encoder", None) is None or not hasattr(decoder, "layers"):
-        _fail(f"{args.path}: {type(model).__name__} is not a fairseq encoder-decoder transformer")
-    try:
-        layer_ids = common.parse_layers(args.layers, len(decoder.layers))
-        modules = check_modules(decoder.layers, wanted_modules, layer_ids, what=args.path)
-        recorder = DecoderModuleRecorder(decoder.layers)
-    except ValueError as e:
-        _fail(str(e))
-    if not modules:
-        _fail(f"the chosen decoder layers of {args.path} share no probe-able module")
-    train_set = load_subset(task, cfg, args.train_subset)
-    valid_set = load_subset(task, cfg, args.valid_subset)
-    src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
-
-    use_cuda = torch.cuda.is_available() and not args.cpu
-    device = torch.device("cuda" if use_cuda else "cpu")
-    model.to(device)
-    torch.manual_seed(args.seed)
-    dim = decoder.embed_dim
-    embed_dim = args.probe_embed_dim or dim
-    heads = args.probe_heads or getattr(cfg.model, "decoder_attention_heads", None) or 4
-    if embed_dim % heads:
-        _fail(f"--probe-embed-dim {embed_dim} is not a multiple of the probe's {heads} heads (--probe-heads)")
-    keys = [(k, l, m) for k in kinds for l in layer_ids for m in modules]
-    probes = ProbeSet(keys, {"source": src_dict, "target": tgt_dict}, memory_dim=dim, embed_dim=embed_dim,
-                      ffn_dim=args.probe_ffn_dim or 4 * embed_dim, heads=heads, dropout=args.probe_dropout).to(device)
-    optimizer = torch.optim.Adam(probes.parameters(), lr=args.lr)
-    n_params = sum(p.numel() for p in probes.parameters())
-    label = args.label or getattr(cfg.model, "arch", type(model).__name__)
-    logger.info(f"probing {args.path} ({label}): {len(keys)} probes ({', '.join(kinds)} x layers {layer_ids} x "
-                f"{', '.join(modules)}), {n_params} probe parameters; training on '{args.train_subset}' for at most "
-                f"{args.max_updates} updates / {args.max_epochs} epochs, reporting on '{args.valid_subset}'")
-
-    pads = {"source": src_dict.pad(), "target": tgt_dict.pad()}
-    t0 = time.time()
-    updates = 0
-    with frozen(model), recorder:
-        probes.train()
-        for epoch in range(1, args.max_epochs + 1):
-            itr = progress_bar.progress_bar(
-                batches(task, model, train_set, args, epoch, shuffle=True), log_format=args.log_format,
-                log_interval=args.log_interval, epoch=epoch, prefix=f"probe training on '{args.train_subset}'",
-                default_log_format="none" if args.no_progress_bar else "tqdm")
-            for sample in itr:
-                if not sample:
-                    continue
-                sample = utils.move_to_cuda(sample) if use_cuda else sample
-                memory_pad, seqs = forward_sequences(model, sample, recorder, kinds, src_dict, tgt_dict)
-                ntok = {k: int(t.ne(pads[k]).sum()) for k, (_, t) in seqs.items()}
-                losses = probes.losses(recorder.records, memory_pad, seqs)
-                loss = sum(v / ntok[key[0]] for key, v in losses.items())
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
-                updates += 1
-                if updates % args.log_interval == 0:
-                    itr.log({"mean_nll": round(loss.item() / len(keys), 4)}, tag="train", step=updates)
-                if updates >= args.max_updates:
-                    break
-            if updates >= args.max_updates:
-                break
-        train_time = time.time() - t0
-
-        probes.eval()
-        nll = {k: 0.0 for k in keys}
-        tokens = {k: 0 for k in keys}
-        with torch.no_grad():
-            for sample in batches(task, model, valid_set, args, 1, shuffle=False):
-                if not sample:
-                    continue
-                sample = utils.move_to_cuda(sample) if use_cuda else sample
-                memory_pad, seqs = forward_sequences(model, sample, recorder, kinds, src_dict, tgt_dict)
-                for key, v in probes.losses(recorder.records, memory_pad, seqs).items():
-                    nll[key] += float(v)
-                    tokens[key] += int(seqs[key[0]][1].ne(pads[key[0]]).sum())
-
-    results = [{"kind": k, "layer": l, "module": m, "tokens": tokens[(k, l, m)],
-                "nll": nll[(k, l, m)] / max(tokens[(k, l, m)], 1),
-                "ppl": math.exp(nll[(k, l, m)] / max(tokens[(k, l, m)], 1))} for (k, l, m) in keys]
-    out = {"checkpoint": os.path.abspath(args.path), "data": os.path.abspath(args.data), "label": label,
-           "train_subset": args.train_subset, "valid_subset": args.valid_subset, "updates": updates,
-           "train_seconds": round(train_time, 1), "probe_parameters": n_params,
-           "settings": {"probe_embed_dim": embed_dim, "probe_ffn_dim": args.probe_ffn_dim or 4 * embed_dim,
-                        "probe_heads": heads, "probe_dropout": args.probe_dropout, "lr": args.lr,
-                        "max_tokens": args.max_tokens, "seed": args.seed},
-           "results": results}
+        kinds, wanted_modules, compare = validate(args)
+        model, cfg, task, layer_ids, modules, recorder, train_set, valid_set = load(args, wanted_modules)
+        settings = probe_settings(args, cfg, model)
+    except ValueError as e:  # ToolError, and check_modules' / DecoderModuleRecorder's clear errors
+        common.fail(PROG, str(e))
+    out = run_probes(args, model, cfg, task, layer_ids, modules, recorder, train_set, valid_set, kinds, settings)
     write_outputs(out, args.output_dir, compare)
     print_summary(out)
     return out
 
 
 def write_outputs(out, output_dir, compare=None):
+    from fairseq_sparse.analysis import plotting
+
     os.makedirs(output_dir, exist_ok=True)
-    with open(os.path.join(output_dir, "probe.tsv"), "w") as f:
-        f.write("kind\tlayer\tmodule\ttokens\tnll\tppl\n")
-        for r in out["results"]:
-            f.write(f"{r['kind']}\t{r['layer']}\t{r['module']}\t{r['tokens']}\t{r['nll']:.4f}\t{r['ppl']:.3f}\n")
-    with open(os.path.join(output_dir, "probe.json"), "w") as f:
-        json.dump(out, f, indent=1)
-    plot_curves(out, ("tem", "sem", "ifm"), os.path.join(output_dir, "probe_modules.png"),
-                "recovery perplexity per decoder module (paper 004 Fig. 3)")
+    rows = [[r["kind"], r["layer"], r["module"], r["tokens"], f"{r['nll']:.4f}", f"{r['ppl']:.3f}"]
+            for r in out["results"]]
+    common.write_tsv(os.path.join(output_dir, "probe.tsv"), TSV_HEADER, rows)
+    common.write_json(os.path.join(output_dir, "probe.json"), out)
+    plotting.plot_probe_curves(out, ("tem", "sem", "ifm"), os.path.join(output_dir, "probe_modules.png"),
+                               "recovery perplexity per decoder module (Yang et al. 2020, Fig. 3)")
     if any(r["module"] == "ffn" for r in out["results"]):
-        plot_curves(out, ("addnorm1", "ffn", "addnorm2"), os.path.join(output_dir, "probe_ifm.png"),
-                    "inside the IFM (paper 004 Fig. 8)")
+        plotting.plot_probe_curves(out, ("addnorm1", "ffn", "addnorm2"), os.path.join(output_dir, "probe_ifm.png"),
+                                   "inside the IFM (Yang et al. 2020, Fig. 8)")
     if compare is not None:
-        plot_compare(out, compare, os.path.join(output_dir, "probe_compare.png"))
-
-
-def _series(out, kind, module):
-    pts = sorted((r["layer"], r["ppl"]) for r in out["results"] if r["kind"] == kind and r["module"] == module)
-    return [p[0] for p in pts], [p[1] for p in pts]
-
-
-def _finish_axis(ax, out, title, ylabel):
-    layers = sorted({r["layer"] for r in out["results"]})
-    values = [y for line in ax.get_lines() for y in line.get_ydata() if y > 0]  # this panel's curves
-    ax.set_xticks(layers)
-    if values and max(values) / min(values) > 10:
-        ax.set_yscale("log")
-    ax.set_title(title, fontsize=10)
-    ax.set_xlabel("decoder layer (0 = bottom)")
-    ax.set_ylabel(ylabel)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-
-
-def _panels(kinds):
-    from fairseq_sparse.analysis import plotting  # noqa: F401  (selects the Agg backend)
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(kinds), figsize=(5.2 * len(kinds), 3.8), squeeze=False)
-    return plt, fig, axes[0]
-
-
-def plot_curves(out, modules, path, title):
-    kinds = [k for k in PROBE_KINDS if any(r["kind"] == k for r in out["results"])]
-    plt, fig, axes = _panels(kinds)
-    drawn = False
-    for ax, kind in zip(axes, kinds):
-        for m in modules:
-            xs, ys = _series(out, kind, m)
-            if xs:
-                ax.plot(xs, ys, marker="o", markersize=4, label=MODULE_LABELS[m])
-                drawn = True
-        _finish_axis(ax, out, f"{kind} ({out['label']})", "recovery PPL (lower = more information)")
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    if drawn:
-        fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def plot_compare(out, other, path):
-    kinds = [k for k in PROBE_KINDS if any(r["kind"] == k for r in out["results"])]
-    plt, fig, axes = _panels(kinds)
-    for ax, kind in zip(axes, kinds):
-        for run, style in ((out, "-"), (other, "--")):
-            xs, ys = _series(run, kind, "ifm")
-            if xs:
-                ax.plot(xs, ys, style, marker="o", markersize=4, label=f"IFM, {run.get('label', '?')}")
-        _finish_axis(ax, out, kind, "recovery PPL (lower = more information)")
-    fig.suptitle("IFM information per layer (paper 004 Fig. 10)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+        plotting.plot_probe_compare(out, compare, os.path.join(output_dir, "probe_compare.png"))
 
 
 def print_summary(out):
