@@ -68,9 +68,9 @@ def main():
     common = tool_args(base_ckpt, a.eval_sentences)
     sh([console("fairseq-sparse-head-importance"), "importance", data] + common + [
         "--output-dir", os.path.join(heads, "importance"), "--write-mask", mask,
-        "--prune-fraction", str(a.prune_fraction), "--mask-types"] + a.prune_types, os.path.join(heads, "importance.log"))
+        "--prune-fraction", str(a.prune_fraction), "--overwrite", "--mask-types"] + a.prune_types, os.path.join(heads, "importance.log"))
     curve_log = sh([console("fairseq-sparse-head-importance"), "prune-curve", data] + common + [
-        "--output-dir", os.path.join(heads, "curve"), "--modes", "all", "enc", "dec", "encdec"],
+        "--output-dir", os.path.join(heads, "curve"), "--overwrite", "--modes", "all", "enc", "dec", "encdec"],
         os.path.join(heads, "curve.log"))
 
     print("== H2. cut those heads out of the weights; decode with plain fairseq-generate")
@@ -89,7 +89,7 @@ def main():
 
     print("== H3. head confidence and functions of the converged model (paper 001)")
     sh([console("fairseq-sparse-head-analysis"), data, "--path", base_ckpt, "--output-dir",
-        os.path.join(heads, "analysis"), "--max-sentences", "300", "--rare-min-rank", "20"],
+        os.path.join(heads, "analysis"), "--max-sentences", "300", "--rare-min-rank", "20", "--overwrite"],
        os.path.join(heads, "analysis.log"))
 
     print("\n================ head pruning demo results ================")

@@ -146,7 +146,7 @@ def main():
     print("== 6. which source tokens were dropped (fairseq-sparse-l0drop-gates)")
     gates_out = sh([os.path.join(BIN, "fairseq-sparse-l0drop-gates"), data, "--user-dir", USER_DIR, "--path", l0_ckpt,
                     "--gen-subset", "test", "--gates-output", os.path.join(work, "gates.tsv"),
-                    "--token-summary", os.path.join(work, "gates_by_token.tsv"), "--cpu", "--batch-size", "64"])
+                    "--token-summary", os.path.join(work, "gates_by_token.tsv"), "--cpu", "--batch-size", "64", "--overwrite"])
     kinds = {"function words (the*)": [0, 0], "content words (w*)": [0, 0], "swap marker": [0, 0], "</s>": [0, 0]}
     with open(os.path.join(work, "gates_by_token.tsv")) as f:
         next(f)

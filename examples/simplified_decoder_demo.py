@@ -75,7 +75,7 @@ def main():
     print("== 9. probe every decoder module (fairseq-sparse-probe)")
     # small probes (width 64) so that 2 x 24 of them train in minutes on a CPU
     probe_args = ["--max-updates", str(a.probe_updates), "--max-tokens", "2048", "--probe-embed-dim", "64",
-                  "--probe-ffn-dim", "256", "--cpu", "--no-progress-bar"]
+                  "--probe-ffn-dim", "256", "--cpu", "--no-progress-bar", "--overwrite"]
     sh([console("fairseq-sparse-probe"), data, "--path", base_ckpt, "--output-dir", os.path.join(out_dir, "probe_standard"),
         "--label", "standard"] + probe_args)
     sh([console("fairseq-sparse-probe"), data, "--path", simp_ckpt, "--output-dir", os.path.join(out_dir, "probe_simplified"),
@@ -86,7 +86,7 @@ def main():
     for name, ckpt in (("standard", base_ckpt), ("simplified", simp_ckpt)):
         sh([console("fairseq-sparse-attention-analysis"), data, "--path", ckpt, "--output-dir",
             os.path.join(out_dir, f"attention_{name}"), "--gold", gold, "--bpe-separator", "", "--cpu",
-            "--no-progress-bar"])
+            "--no-progress-bar", "--overwrite"])
 
     def probe_rows(name):
         with open(os.path.join(out_dir, f"probe_{name}", "probe.json")) as f:

@@ -434,5 +434,5 @@ def test_console_tool_truncated_checkpoint_fails_clearly(stock_transformer_ckpt,
                  "--no-progress-bar"])
     assert exc.value.code == 2
     err = capsys.readouterr().err
-    assert f"fairseq-sparse-attention: error: {option}: cannot read {broken}: not a complete torch checkpoint" in err
+    assert f"fairseq-sparse-attention-analysis: error: {option}: cannot read {broken}: not a complete torch checkpoint" in err
     assert not out.exists()

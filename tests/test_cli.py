@@ -555,7 +555,7 @@ def test_gates_tool_refuses_to_overwrite_without_overwrite(corpus, l0drop_ckpt, 
     proc = run(cmd, check=False, env=ENV_PARALLEL)
     assert proc.returncode == 2, proc.stderr[-3000:]
     option = {"gates_output": "--gates-output", "token_summary": "--token-summary"}[existing]
-    assert f"fairseq-sparse-gates: error: {option}: {earlier} exists; pass --overwrite to replace it" in proc.stderr
+    assert f"fairseq-sparse-l0drop-gates: error: {option}: {earlier} exists; pass --overwrite to replace it" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert file_fingerprint(earlier) == before
     assert sorted(os.listdir(tmp_path)) == [earlier.name]  # nothing else written
@@ -569,6 +569,6 @@ def test_gates_tool_truncated_checkpoint_fails_clearly(corpus, l0drop_ckpt, tmp_
     out = tmp_path / "gates.tsv"
     proc = run(gates_cmd(corpus["bin"], broken, out), check=False, env=ENV_PARALLEL)
     assert proc.returncode == 2
-    assert f"fairseq-sparse-gates: error: --path: cannot read {broken}: not a complete torch checkpoint" in proc.stderr
+    assert f"fairseq-sparse-l0drop-gates: error: --path: cannot read {broken}: not a complete torch checkpoint" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not out.exists()

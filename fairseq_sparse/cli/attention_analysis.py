@@ -67,7 +67,7 @@ from fairseq_sparse.cli import common
 
 logger = logging.getLogger("fairseq_sparse.attention_analysis")
 
-PROG = "fairseq-sparse-attention"
+PROG = "fairseq-sparse-attention-analysis"
 OUTPUTS = ["layers.tsv", "heads.tsv", "attention.json", "alignment.txt", "layers.png", "entropy_heads.png",
            "max_weight_heads.png"]
 L0DROP_OUTPUTS = ["l0drop_tokens.tsv", "l0drop_attention.png", "l0drop_entropy.png"]

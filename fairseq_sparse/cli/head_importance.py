@@ -35,7 +35,7 @@ from fairseq_sparse.modules.head_gates import (ATTENTION_TYPES, check_head_mask,
                                                write_head_mask)
 
 logger = logging.getLogger("fairseq_sparse.head_importance")
-PROG = "fairseq-sparse-heads"
+PROG = "fairseq-sparse-head-importance"
 TYPES = ATTENTION_TYPES
 TYPE_TITLES = {"enc": "encoder self-attention", "dec": "decoder self-attention", "encdec": "encoder-decoder attention"}
 MODES = ("all",) + TYPES

@@ -21,7 +21,7 @@ from fairseq_sparse.cli import common
 
 logger = logging.getLogger("fairseq_sparse.l0drop_gates")
 
-PROG = "fairseq-sparse-gates"
+PROG = "fairseq-sparse-l0drop-gates"
 
 
 def add_args(parser):
