@@ -15,6 +15,7 @@ of ours; no special architecture). The mean attention entropy and maximum weight
 """
 import logging
 from dataclasses import dataclass, field
+from typing import Dict, Optional
 
 import torch
 from fairseq import metrics, utils
@@ -35,7 +36,9 @@ from ..modules.attention_regularisers import (
     encoder_decoder_attention,
     parse_layers,
 )
+from ..modules.head_gates import ATTENTION_TYPES
 from ..modules.sparsity import collect_sparsity_terms, num_updates, sparsity_groups
+from ..modules.sparsity_control import ALL_CLOSED, DEFAULT_TARGET_WARMUP, LagrangianController, straight_through
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +73,25 @@ class LabelSmoothedCrossEntropyWithSparsityConfig(LabelSmoothedCrossEntropyCrite
     sparsity_warmup_updates: int = field(
         default=0,
         metadata={"help": "raise every lambda linearly from 0 to its value over this many updates (training "
-                          "from scratch, Zhang, Titov & Sennrich 2021 Sec. 6); 0 = full lambda from the start (fine-tuning)"},
+                          "from scratch, Zhang, Titov & Sennrich 2021 Sec. 6), and every target sparsity from 0 to "
+                          "its value; 0 = full lambda / target from the start"},
+    )
+    l0drop_target_sparsity: Optional[float] = field(
+        default=None,
+        metadata={"help": "share of source states to prune, in [0, 1): instead of a fixed --l0drop-lambda, a "
+                          "Lagrangian controller (Xia, Zhong & Chen 2022, CoFi) steers the expected sparsity of the "
+                          "encoder-output gates to this target"},
+    )
+    head_gates_target_sparsity: Optional[str] = field(
+        default=None,
+        metadata={"help": "share of gated heads to close, in [0, 1): one number for all gated heads, or per "
+                          "attention type, e.g. 'enc=0.6,encdec=0.2'; a Lagrangian controller replaces "
+                          "--head-gates-lambda"},
+    )
+    sparsity_target_warmup_updates: int = field(
+        default=DEFAULT_TARGET_WARMUP,
+        metadata={"help": "raise every target sparsity linearly from 0 over this many updates, then hold it (the "
+                          "controller's counterpart of --sparsity-warmup-updates, which ramps fixed lambdas)"},
     )
     attention_reg: ChoiceEnum(REG_KINDS) = field(
         default="none",
@@ -111,6 +132,9 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
         attention_reg_lambda=0.0,
         attention_reg_layers=DEFAULT_LAYERS,
         attention_reg_heads=DEFAULT_HEADS,
+        l0drop_target_sparsity=None,
+        head_gates_target_sparsity=None,
+        sparsity_target_warmup_updates=DEFAULT_TARGET_WARMUP,
     ):
         super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy)
         self.lambdas = {"l0drop": l0drop_lambda, "head_gates": head_gates_lambda, "attention_reg": attention_reg_lambda}
@@ -133,6 +157,14 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
         self.attention_reg = {"kind": attention_reg, "layers": parse_layers(str(attention_reg_layers)),
                               "heads": str(attention_reg_heads)}
         self.warmup_updates = sparsity_warmup_updates
+        targets = parse_targets(l0drop_target_sparsity, head_gates_target_sparsity)
+        for key in targets:
+            group = "l0drop" if key == "l0drop" else "head_gates"
+            if self.lambdas[group] > 0:
+                raise ValueError(f"--{group.replace('_', '-')}-target-sparsity and --{group.replace('_', '-')}-lambda "
+                                 f"{self.lambdas[group]} both set: the controller chooses the weight; drop the lambda")
+        self.controller = LagrangianController(targets, sparsity_target_warmup_updates) if targets else None
+        self._warned_closed = set()
         self._checked_model = False
 
     def check_model(self, model):
@@ -149,6 +181,16 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
                     f"module; use an architecture with it (e.g. --arch transformer_{group})"
                     + (" or --head-gates enc,dec,encdec" if group == "head_gates" else "")
                 )
+        if self.controller is not None:
+            gated_types = {m.attention_type for m in model.modules() if getattr(m, "penalty_group", "") == "head_gates"}
+            available = ({"l0drop"} if "l0drop" in groups else set()) | (
+                {"head_gates"} | {f"head_gates_{t}" for t in gated_types} if gated_types else set())
+            for key in self.controller.targets:
+                if key not in available:
+                    arch = getattr(getattr(model, "args", None), "arch", type(model).__name__)
+                    raise SparsityConfigError(
+                        f"a target sparsity is set for {key}, but the model ({arch}) has no such gates "
+                        f"(it has: {', '.join(sorted(available)) or 'none'})")
         self.attach_attention_regulariser(model)
         self._checked_model = True
 
@@ -198,7 +240,9 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
         penalty = torch.zeros(())
         logging_output = {}
         updates = num_updates(model)
-        for term in collect_sparsity_terms(model):
+        terms = collect_sparsity_terms(model)
+        penalty = penalty + self.control_sparsity(terms, updates, model.training, logging_output)
+        for term in terms:
             lam = self.current_lambda(term.group, updates)
             if term.penalty is not None:
                 penalty = penalty.to(term.penalty) + lam * term.penalty
@@ -211,6 +255,48 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
                     key = f"{STAT_PREFIX}{name}{suffix}"
                     logging_output[key] = logging_output.get(key, 0) + value
         return penalty, logging_output
+
+    def control_sparsity(self, terms, updates: int, training: bool, logging_output: dict):
+        """Log the sparsity of every gated key (g_hat and expected), warn once when a key's units are (nearly)
+        all closed, and return the controller's Lagrangian (training with targets; else 0)."""
+        counts: Dict[str, list] = {}
+        for term in terms:
+            for key, c in term.sparsity.items():
+                acc = counts.setdefault(key, [0, 0, 0])
+                acc[0], acc[1], acc[2] = acc[0] + c.expected, acc[1] + c.closed, acc[2] + c.units
+        shares = {}
+        for key, (exp, closed, units) in counts.items():
+            if not units:
+                continue
+            for name, value in (("sparsity", closed), ("expected_sparsity", exp)):
+                logging_output[f"{STAT_PREFIX}{key}_{name}:num"] = value.detach() if torch.is_tensor(value) else value
+                logging_output[f"{STAT_PREFIX}{key}_{name}:den"] = units
+            shares[key] = straight_through(closed, exp, units)
+            if key not in self._warned_closed and float(closed) >= ALL_CLOSED * float(units):
+                self._warned_closed.add(key)
+                logger.warning("!!! %s: %d of %d gated units are closed (g_hat = 0): the model has (nearly) nothing "
+                               "left there. Lower the target sparsity or lambda if this is not what you want.",
+                               key, int(closed), int(units))
+        if self.controller is None or not training:
+            return 0.0
+        lagrangian = self.controller.lagrangian(shares, updates)
+        for key in lagrangian:
+            lam = self.controller.lambdas(key).detach()
+            logging_output[f"{STAT_PREFIX}{key}_target"] = self.controller.target(key, updates)
+            logging_output[f"{STAT_PREFIX}{key}_lambda1"] = lam[0]
+            logging_output[f"{STAT_PREFIX}{key}_lambda2"] = lam[1]
+            logging_output[BATCHES_KEY] = 1
+        return sum(lagrangian.values()) if lagrangian else 0.0
+
+    def load_state_dict(self, state_dict, strict=True):
+        """fairseq restores the criterion's multipliers on resume; a checkpoint without them (the converged
+        model a fine-tuning starts from, or a run without targets) leaves them at 0."""
+        own = self.state_dict()
+        state_dict = state_dict or {}
+        dropped = sorted(k for k in state_dict if k not in own)
+        if dropped:
+            logger.info("the checkpoint's sparsity multipliers %s have no target in this run: not used", dropped)
+        return super().load_state_dict({k: state_dict.get(k, v) for k, v in own.items()}, strict=True)
 
     @classmethod
     def reduce_metrics(cls, logging_outputs) -> None:
@@ -232,3 +318,33 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
     @staticmethod
     def logging_outputs_can_be_summed() -> bool:
         return True
+
+
+def parse_targets(l0drop: Optional[float], head_gates: Optional[str]) -> Dict[str, float]:
+    """{controlled key: target sparsity} from --l0drop-target-sparsity and --head-gates-target-sparsity
+    (a number, or ``type=number`` pairs: keys ``head_gates`` / ``head_gates_<type>``)."""
+    targets = {}
+    if l0drop is not None:
+        targets["l0drop"] = _target_value(l0drop, "--l0drop-target-sparsity")
+    spec = (head_gates or "").strip()
+    if spec:
+        if "=" not in spec:
+            targets["head_gates"] = _target_value(spec, "--head-gates-target-sparsity")
+        for part in filter(None, (p.strip() for p in spec.split(","))) if "=" in spec else ():
+            kind, _, value = part.partition("=")
+            kind = kind.strip()
+            if kind not in ATTENTION_TYPES:
+                raise ValueError(f"--head-gates-target-sparsity: unknown attention type {kind!r} in {spec!r}; "
+                                 f"use a number or e.g. 'enc=0.6,encdec=0.2' (types: {', '.join(ATTENTION_TYPES)})")
+            targets[f"head_gates_{kind}"] = _target_value(value, f"--head-gates-target-sparsity {kind}")
+    return targets
+
+
+def _target_value(value, option: str) -> float:
+    try:
+        t = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{option}: {value!r} is not a number") from None
+    if not 0.0 <= t < 1.0:  # also refuses nan and inf
+        raise ValueError(f"{option} must be in [0, 1), got {value}")
+    return t

@@ -26,7 +26,7 @@ from fairseq.modules import MultiheadAttention
 from torch import Tensor, nn
 
 from .hard_concrete import HardConcrete
-from .sparsity import SparsityModule, SparsityTerm
+from .sparsity import SparsityCount, SparsityModule, SparsityTerm
 
 #: encoder self-attention, decoder self-attention, decoder-encoder attention (Voita et al. 2019 Table 2's order)
 ATTENTION_TYPES = ("enc", "dec", "encdec")
@@ -82,10 +82,12 @@ class HeadGates(SparsityModule):
         den = 1.0 / self.layers_of_type  # the counts of one batch add up over the layers of this type
         t = self.attention_type
         # statistics stay tensors: no host synchronisation at every decoding step
+        n = float(expected.numel())
+        closed = SparsityCount(n - expected.sum(), (g_hat.detach() == 0).sum(), n)
         self.record(SparsityTerm(self.penalty_group, penalty, {
             f"heads_open_expected_{t}": (expected.detach().sum(), den),
             f"heads_open_{t}": ((g_hat.detach() > 0).sum(), den),
-        }))
+        }, sparsity={self.penalty_group: closed, f"{self.penalty_group}_{t}": closed}))
         return gates
 
 

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from .hard_concrete import HardConcrete
-from .sparsity import SparsityModule, SparsityTerm
+from .sparsity import SparsityCount, SparsityModule, SparsityTerm
 
 DROPPED_AS_CHOICES = ("zero", "mask")
 
@@ -79,10 +79,8 @@ class L0Drop(SparsityModule):
         self.record(SparsityTerm(
             group=self.penalty_group,
             penalty=penalty,
-            stats={
-                f"{self.name}_expected_l0": (p_open.sum().detach(), tokens),
-                f"{self.name}_sparsity": ((real & (g_hat == 0)).sum().detach(), tokens),
-            },
+            stats={f"{self.name}_expected_l0": (p_open.sum().detach(), tokens)},
+            sparsity={self.name: SparsityCount(tokens - p_open.sum(), (real & (g_hat == 0)).sum().detach(), tokens)},
         ))
         return x, gates
 

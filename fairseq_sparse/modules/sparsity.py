@@ -22,12 +22,27 @@ class SparsityTerm:
         per-token mean cross-entropy (the criterion multiplies it by lambda * sample_size), or None
         when the module only reports statistics (eval mode).
     stats: name -> (numerator, denominator); summed over batches and workers and logged as
-        numerator / denominator, e.g. ``{"l0drop_sparsity": (pruned, src_tokens)}``.
+        numerator / denominator, e.g. ``{"l0drop_expected_l0": (sum P(g != 0), src_tokens)}``.
+    sparsity: key -> :class:`SparsityCount` of the units this module gates (summed over the modules
+        reporting the same key); the criterion logs ``<key>_sparsity`` (g_hat) and
+        ``<key>_expected_sparsity``, steers a key to ``--*-target-sparsity`` and warns when a key's
+        units are (nearly) all closed.
     """
 
     group: str
     penalty: Optional[torch.Tensor]
     stats: Dict[str, Tuple[float, float]] = field(default_factory=dict)
+    sparsity: Dict[str, "SparsityCount"] = field(default_factory=dict)
+
+
+@dataclass
+class SparsityCount:
+    """Closed units of one forward pass: ``expected`` = sum of P(g = 0) (differentiable in training),
+    ``closed`` = number with g_hat = 0, out of ``units``."""
+
+    expected: torch.Tensor
+    closed: torch.Tensor
+    units: float
 
 
 class SparsityModule(nn.Module):
@@ -35,6 +50,11 @@ class SparsityModule(nn.Module):
 
     A module keeps only the term of its latest forward pass, so decoding (where nobody collects the
     terms) holds no growing state.
+
+    Every parameter a sparsity module holds, directly or in a submodule (L0Drop's w and b, head gates'
+    log alpha), is a sparsity-control parameter: assigning it marks it ``p.sparsity_control = True``
+    (:func:`mark_sparsity_control`), and ``--optimizer adam_sparsity`` gives such parameters their own
+    learning rate and no weight decay. Criterions mark their own (e.g. Lagrange multipliers) the same way.
     """
 
     #: the lambda group of this module's penalty; subclasses set it
@@ -49,6 +69,13 @@ class SparsityModule(nn.Module):
         """fairseq passes the update count to every submodule that has this method."""
         self.num_updates = num_updates
 
+    def __setattr__(self, name, value):
+        super().__setattr__(name, value)
+        if isinstance(value, nn.Parameter):
+            mark_sparsity_control([value])
+        elif isinstance(value, nn.Module):
+            mark_sparsity_control(value.parameters())
+
     def record(self, term: SparsityTerm):
         self._term = term
 
@@ -56,6 +83,20 @@ class SparsityModule(nn.Module):
         """The term of the latest forward pass, if it was not collected yet."""
         term, self._term = self._term, None
         return [] if term is None else [term]
+
+
+#: the attribute that marks a parameter as a sparsity-control parameter (gates, Lagrange multipliers)
+SPARSITY_CONTROL = "sparsity_control"
+
+
+def mark_sparsity_control(params):
+    """Mark ``params`` as sparsity-control parameters (see :class:`SparsityModule`)."""
+    for p in params:
+        setattr(p, SPARSITY_CONTROL, True)
+
+
+def is_sparsity_control(param) -> bool:
+    return bool(getattr(param, SPARSITY_CONTROL, False))
 
 
 def collect_sparsity_terms(model: nn.Module) -> List[SparsityTerm]:

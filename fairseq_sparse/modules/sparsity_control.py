@@ -1,0 +1,95 @@
+"""Sparsity on demand: a Lagrangian controller that drives an expected sparsity to a target.
+
+For each controlled quantity k (e.g. ``l0drop``: the share of source states pruned; ``head_gates`` or
+``head_gates_enc``: the share of gated heads closed) the training loss gets
+
+    lambda_1 (s_k - t_k) + lambda_2 (s_k - t_k)^2                       (Xia, Zhong & Chen 2022, CoFi)
+
+where s_k is the sparsity of the controlled units and t_k the target at this update. What the user
+asks for is the sparsity of the test-time gates g_hat, which is not differentiable; the *expected*
+sparsity (the mean of P(g = 0)) is, but it differs from the g_hat share (a gate at the g_hat = 0
+boundary is closed with probability 0.83 for beta 0.33). So s_k is a straight-through estimate
+(:func:`straight_through`): its value is the g_hat share, its gradient that of the expected sparsity;
+the multipliers then settle where the g_hat share meets the target. The model minimises the loss;
+the multipliers maximise it (gradient ascent: their gradient's sign is flipped by a tensor hook), so
+lambda_1 turns negative while the model is not sparse enough (pushing s up) and positive while it is
+too sparse, and lambda_2 grows while s misses the target. The target rises linearly from 0 to its final
+value over ``warmup_updates`` updates (then holds), so the gates close gradually.
+
+Adam moves every parameter by about its learning rate per update, the gates' log alpha as well as the
+multipliers, and a gate needs (3 + 2.4) / lr updates to go from fully open to closed. Multipliers that
+moved as fast would wind up while the gates lag and overshoot the target: lambda_1 is ``LAMBDA1_SCALE``
+times its parameter, so it moves 5x slower than the gates. Measured on 40 head gates with a task loss
+that keeps them open (tests/test_sparsity_control.py; Adam lr 0.05, warm-up 200): targets 0.25 / 0.5 /
+0.75 held within 2 gates (0.05) over updates 500-600, overshoot <= 0.075; with lambda_1 at full speed
+the overshoot was 0.33, without lambda_2 the g_hat share missed by up to 0.5.
+
+The multipliers are ``nn.Parameter`` s of the criterion: fairseq's trainer gives them to the optimiser
+(``criterion.parameters()``), all-reduces their gradients across workers (they stay identical on every
+worker) and saves them in checkpoints. Each is marked ``sparsity_control = True`` so that the plugin's
+optimiser puts them in the gate group (own learning rate, no weight decay).
+"""
+from typing import Dict, Mapping
+
+import torch
+from torch import Tensor, nn
+
+#: units at least this share closed count as "(nearly) all closed" for the log's warning
+ALL_CLOSED = 0.99
+#: lambda_1 = LAMBDA1_SCALE x its parameter: it moves this much slower than the gates (see above)
+LAMBDA1_SCALE = 0.2
+#: default updates over which the target rises from 0 (about two gate travel times at gate lr 0.05)
+DEFAULT_TARGET_WARMUP = 200
+
+
+def straight_through(closed: Tensor, expected: Tensor, units: float) -> Tensor:
+    """The share of closed units: value closed / units (g_hat), gradient of expected / units."""
+    return (closed + expected - expected.detach()) / units
+
+
+def _ascent(grad: Tensor) -> Tensor:
+    return -grad
+
+
+class LagrangianController(nn.Module):
+    """Multipliers (lambda_1, lambda_2) and a linear target schedule for each controlled key."""
+
+    def __init__(self, targets: Mapping[str, float], warmup_updates: int = DEFAULT_TARGET_WARMUP):
+        super().__init__()
+        for key, t in targets.items():
+            if not 0.0 <= t < 1.0:
+                raise ValueError(f"target sparsity for {key} must be in [0, 1), got {t}")
+        if warmup_updates < 0:
+            raise ValueError(f"the target warm-up must be >= 0 updates, got {warmup_updates}")
+        self.targets = dict(targets)
+        self.warmup_updates = warmup_updates
+        self.multipliers = nn.ParameterDict()
+        for key in self.targets:
+            p = nn.Parameter(torch.zeros(2))  # lambda_1, lambda_2
+            p.sparsity_control = True
+            p.register_hook(_ascent)
+            self.multipliers[key] = p
+
+    def target(self, key: str, num_updates: int) -> float:
+        """t_k at this update: linear from 0 to the final target over the warm-up, then constant."""
+        final = self.targets[key]
+        if self.warmup_updates <= 0:
+            return final
+        return final * min(1.0, num_updates / self.warmup_updates)
+
+    def lambdas(self, key: str) -> Tensor:
+        """(lambda_1, lambda_2) of ``key``."""
+        p = self.multipliers[key]
+        return torch.stack([LAMBDA1_SCALE * p[0], p[1]])
+
+    def lagrangian(self, sparsity: Mapping[str, Tensor], num_updates: int) -> Dict[str, Tensor]:
+        """{key: lambda_1 (s - t) + lambda_2 (s - t)^2} for every controlled key with a sparsity s."""
+        out = {}
+        for key in self.multipliers:
+            s = sparsity.get(key)
+            if s is None:
+                continue
+            lam = self.lambdas(key)
+            gap = s - self.target(key, num_updates)
+            out[key] = lam[0] * gap + lam[1] * gap * gap
+        return out

@@ -1,0 +1,150 @@
+"""The target-sparsity controller (CoFi-style Lagrangian): target schedule, the multipliers' ascent,
+reaching and holding a target on a small gated problem, and the criterion's options and checks."""
+import math
+
+import pytest
+import torch
+
+import fairseq_sparse  # noqa: F401
+from fairseq_sparse.criterions.label_smoothed_cross_entropy_with_sparsity import (
+    LabelSmoothedCrossEntropyWithSparsity as Criterion,
+    SparsityConfigError,
+    parse_targets,
+)
+from fairseq_sparse.modules.hard_concrete import HardConcrete
+from fairseq_sparse.modules.head_gates import HeadGates
+from fairseq_sparse.modules.sparsity import collect_sparsity_terms
+from fairseq_sparse.modules.sparsity_control import LAMBDA1_SCALE, LagrangianController, straight_through
+
+
+def test_target_rises_linearly_then_holds():
+    c = LagrangianController({"l0drop": 0.6}, warmup_updates=100)
+    assert [c.target("l0drop", u) for u in (0, 50, 100, 1000)] == pytest.approx([0.0, 0.3, 0.6, 0.6])
+    assert LagrangianController({"l0drop": 0.6}, warmup_updates=0).target("l0drop", 0) == 0.6
+
+
+@pytest.mark.parametrize("s,sign", [(0.1, -1.0), (0.9, 1.0)])
+def test_multipliers_ascend(s, sign):
+    """One SGD step on the Lagrangian: lambda_1 moves towards -(t - s) (negative while not sparse enough,
+    positive while too sparse); lambda_2 grows whenever s misses the target."""
+    c = LagrangianController({"k": 0.5}, warmup_updates=0)
+    c.multipliers["k"].data[1] = 0.0
+    opt = torch.optim.SGD(c.parameters(), lr=1.0)
+    loss = c.lagrangian({"k": torch.tensor(s)}, 0)["k"]
+    loss.backward()
+    opt.step()
+    lam1, lam2 = c.lambdas("k").tolist()
+    assert lam1 == pytest.approx(sign * abs(s - 0.5) * LAMBDA1_SCALE ** 2)
+    assert lam2 == pytest.approx((s - 0.5) ** 2)
+
+
+def run_gates(target, steps=600, units=40, lr=0.05, warmup=200, seed=0):
+    """Head gates whose 'task loss' rewards every open gate (more for some): alone, all gates stay open.
+    The controller must close the requested share, and hold it."""
+    torch.manual_seed(seed)
+    gates = HeadGates(units, HardConcrete(beta=0.33), "enc")
+    gates.train()
+    value = torch.linspace(0.2, 1.0, units)
+    ctrl = LagrangianController({"head_gates": target}, warmup_updates=warmup)
+    opt = torch.optim.Adam(list(gates.parameters()) + list(ctrl.parameters()), lr=lr)
+    history = []
+    for step in range(steps):
+        g = gates()
+        term = collect_sparsity_terms(gates)[0]
+        count = term.sparsity["head_gates"]
+        share = straight_through(count.closed, count.expected, count.units)
+        lagrangian = ctrl.lagrangian({"head_gates": share}, step)["head_gates"]
+        loss = -(g * value).sum() / units + lagrangian
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        history.append(float((gates.deterministic() == 0).float().mean()))
+    return history, ctrl
+
+
+def test_straight_through_share():
+    expected = torch.tensor(3.0, requires_grad=True)
+    share = straight_through(torch.tensor(5), expected, 10.0)
+    share.backward()
+    assert share.item() == 0.5 and expected.grad.item() == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("target,seed", [(0.25, 0), (0.5, 1), (0.75, 0)])
+def test_controller_reaches_and_holds_target(target, seed):
+    """The g_hat share of 40 gates ends within 2 gates (0.05) of the target and holds it over the last
+    100 of 600 updates, overshooting by at most 3 gates on the way."""
+    history, ctrl = run_gates(target, seed=seed)
+    final = history[-100:]
+    assert all(abs(s - target) <= 0.05 + 1e-6 for s in final), (target, final[::10])
+    assert max(history) <= target + 0.075 + 1e-6, max(history)
+    assert history[0] == 0.0  # started fully open
+
+
+def test_controller_with_no_target_pressure_keeps_gates_open():
+    history, _ = run_gates(0.0, steps=100)
+    assert history[-1] == 0.0
+
+
+@pytest.mark.parametrize("l0drop,heads,expected", [
+    (0.5, None, {"l0drop": 0.5}),
+    (None, "0.3", {"head_gates": 0.3}),
+    (None, "enc=0.6, encdec=0.2", {"head_gates_enc": 0.6, "head_gates_encdec": 0.2}),
+    (0.0, "", {"l0drop": 0.0}),
+])
+def test_parse_targets(l0drop, heads, expected):
+    assert parse_targets(l0drop, heads) == expected
+
+
+@pytest.mark.parametrize("l0drop,heads,match", [
+    (1.0, None, r"\[0, 1\)"), (-0.1, None, r"\[0, 1\)"), (math.nan, None, r"\[0, 1\)"), (math.inf, None, r"\[0, 1\)"),
+    (None, "nan", r"\[0, 1\)"), (None, "x", "not a number"), (None, "foo=0.5", "unknown attention type"),
+    (None, "enc=1.5", r"\[0, 1\)"),
+])
+def test_bad_targets_refused(l0drop, heads, match):
+    with pytest.raises(ValueError, match=match):
+        parse_targets(l0drop, heads)
+
+
+class _Task:
+    target_dictionary = type("D", (), {"pad": lambda self: 1})()
+
+
+def criterion(**kw):
+    return Criterion(_Task(), False, 0.1, **kw)
+
+
+def test_target_with_fixed_lambda_refused():
+    with pytest.raises(ValueError, match="both set"):
+        criterion(l0drop_lambda=0.3, l0drop_target_sparsity=0.5)
+    with pytest.raises(ValueError, match="both set"):
+        criterion(head_gates_lambda=0.1, head_gates_target_sparsity="enc=0.5")
+
+
+def test_criterion_owns_multipliers_only_with_targets():
+    assert list(criterion().parameters()) == []
+    c = criterion(l0drop_target_sparsity=0.5, head_gates_target_sparsity="enc=0.4")
+    params = dict(c.named_parameters())
+    assert set(params) == {"controller.multipliers.l0drop", "controller.multipliers.head_gates_enc"}
+    assert all(getattr(p, "sparsity_control", False) for p in params.values())
+
+
+def test_criterion_loads_checkpoints_without_multipliers():
+    c = criterion(l0drop_target_sparsity=0.5)
+    c.controller.multipliers["l0drop"].data.fill_(2.0)
+    saved = {k: v.clone() for k, v in c.state_dict().items()}
+    fresh = criterion(l0drop_target_sparsity=0.5)
+    fresh.load_state_dict(None)  # fine-tuning from a converged model: fairseq saved criterion None
+    assert fresh.controller.multipliers["l0drop"].tolist() == [0.0, 0.0]
+    fresh.load_state_dict(saved)  # resume
+    assert fresh.controller.multipliers["l0drop"].tolist() == [2.0, 2.0]
+    other = criterion(head_gates_target_sparsity="0.5")
+    other.load_state_dict(saved)  # a multiplier without a target in this run is not used
+    assert other.controller.multipliers["head_gates"].tolist() == [0.0, 0.0]
+
+
+def test_target_for_missing_module_refused():
+    model = torch.nn.Sequential(HeadGates(4, HardConcrete(), "enc"))
+    with pytest.raises(SparsityConfigError, match="l0drop"):
+        criterion(l0drop_target_sparsity=0.5).check_model(model)
+    with pytest.raises(SparsityConfigError, match="head_gates_dec"):
+        criterion(head_gates_target_sparsity="dec=0.5").check_model(model)
