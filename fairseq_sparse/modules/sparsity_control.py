@@ -26,13 +26,15 @@ the overshoot was 0.33, without lambda_2 the g_hat share missed by up to 0.5.
 
 The multipliers are ``nn.Parameter`` s of the criterion: fairseq's trainer gives them to the optimiser
 (``criterion.parameters()``), all-reduces their gradients across workers (they stay identical on every
-worker) and saves them in checkpoints. Each is marked ``sparsity_control = True`` so that the plugin's
-optimiser puts them in the gate group (own learning rate, no weight decay).
+worker) and saves them in checkpoints. Each is marked a sparsity-control parameter, so that
+``--optimizer adam_sparsity`` puts them in the gates' group (``--sparsity-lr``, no weight decay).
 """
 from typing import Dict, Mapping
 
 import torch
 from torch import Tensor, nn
+
+from .sparsity import mark_sparsity_control
 
 #: units at least this share closed count as "(nearly) all closed" for the log's warning
 ALL_CLOSED = 0.99
@@ -65,8 +67,8 @@ class LagrangianController(nn.Module):
         self.warmup_updates = warmup_updates
         self.multipliers = nn.ParameterDict()
         for key in self.targets:
-            p = nn.Parameter(torch.zeros(2))  # lambda_1, lambda_2
-            p.sparsity_control = True
+            p = nn.Parameter(torch.zeros(2))  # lambda_1 / LAMBDA1_SCALE, lambda_2
+            mark_sparsity_control([p])
             p.register_hook(_ascent)
             self.multipliers[key] = p
 
