@@ -286,6 +286,21 @@ def test_loss_is_ce_plus_lambda_r_sample_size(model_task, kind, heads):
     assert log["sparsity/attn_entropy:den"] == 2 * sample["ntokens"]  # 2 layers
 
 
+def test_sentence_avg_weights_the_regulariser_by_target_tokens(model_task):
+    """--sentence-avg: sample_size = sentences, the summed CE next to lambda * sum over target tokens of -R
+    (Eq. 12), so that fairseq's division by sample_size does not divide lambda by the mean target length."""
+    model, task = model_task
+    sample = sample_of(task, range(0, 30, 3))
+    crit = Criterion(task, True, 0.1, attention_reg="entropy", attention_reg_lambda=LAMBDA)
+    with torch.no_grad():
+        loss, sample_size, _ = crit(model, sample)
+        r = regulariser_by_hand(reference_attention(model, sample), sample, "entropy").item()
+        ce = LabelSmoothedCrossEntropyCriterion(task, True, 0.1)(model, sample)[0].item()
+    assert sample_size == sample["target"].size(0) < sample["ntokens"]
+    assert loss.item() == pytest.approx(ce + LAMBDA * r * sample["ntokens"], rel=1e-6, abs=1e-4)
+    assert abs(LAMBDA * r * (sample["ntokens"] - sample_size)) > 1e-2  # tells tokens from sentences
+
+
 def test_penalty_gradient(model_task):
     """d loss / d theta with lambda minus without = lambda * ntokens * d R_hand / d theta."""
     model, task = model_task

@@ -1,5 +1,6 @@
 """label_smoothed_cross_entropy_with_sparsity: CE + lambda * L0 * sample_size, lambda warm-up, config
 errors, and the logged sparsity statistics (ratios of sums, not means of ratios)."""
+import contextlib
 import math
 
 import pytest
@@ -7,10 +8,12 @@ import torch
 from fairseq import checkpoint_utils, metrics
 from fairseq.criterions import CRITERION_REGISTRY
 from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
+from fairseq.modules.fairseq_dropout import FairseqDropout
 
 import fairseq_sparse  # noqa: F401
 from fairseq_sparse.criterions.label_smoothed_cross_entropy_with_sparsity import (
     LabelSmoothedCrossEntropyWithSparsity as Criterion,
+    SparsityConfigError,
 )
 
 LAMBDA = 0.3
@@ -68,6 +71,23 @@ def penalty_by_hand(model, sample):
     return sum(per_sentence) / len(per_sentence), p_open[real].sum().item(), pruned, int(real.sum())
 
 
+@contextlib.contextmanager
+def training(model):
+    """Training mode (penalties are recorded in training only) without dropout, so that the L0Drop input
+    is the one penalty_by_hand sees; seed each forward pass alike to sample the same gates."""
+    dropouts = [m for m in model.modules() if isinstance(m, FairseqDropout)]
+    ps = [m.p for m in dropouts]
+    for m in dropouts:
+        m.p = 0.0
+    model.train()
+    try:
+        yield model
+    finally:
+        model.eval()
+        for m, p in zip(dropouts, ps):
+            m.p = p
+
+
 def ce_loss(model, task, sample, sentence_avg=False):
     crit = LabelSmoothedCrossEntropyCriterion(task, sentence_avg, 0.1)
     with torch.no_grad():
@@ -80,9 +100,11 @@ def test_loss_adds_lambda_penalty_sample_size(l0, sentence_avg):
     model, task = l0
     sample = sample_of(task, range(0, 40, 3))
     crit = Criterion(task, sentence_avg, 0.1, l0drop_lambda=LAMBDA)
-    with torch.no_grad():
+    with training(model), torch.no_grad():
+        torch.manual_seed(0)
         loss, sample_size, log = crit(model, sample)
-    ce, ce_size = ce_loss(model, task, sample, sentence_avg)
+        torch.manual_seed(0)
+        ce, ce_size = ce_loss(model, task, sample, sentence_avg)
     penalty, expected_l0, pruned, tokens = penalty_by_hand(model, sample)
     expected_size = sample["target"].size(0) if sentence_avg else sample["ntokens"]
     assert sample_size == ce_size == expected_size
@@ -98,6 +120,19 @@ def test_loss_adds_lambda_penalty_sample_size(l0, sentence_avg):
     assert 0 < pruned < tokens
 
 
+def test_valid_loss_is_the_cross_entropy(l0):
+    """Validation runs in eval mode: no penalty, so an L0Drop model's valid_loss (the default best-checkpoint
+    metric) is its CE, like any other model's; the sparsity statistics are still logged."""
+    model, task = l0
+    sample = sample_of(task, range(0, 40, 3))
+    with torch.no_grad():
+        loss, _, log = Criterion(task, False, 0.1, l0drop_lambda=LAMBDA)(model, sample)
+    assert loss.item() == pytest.approx(ce_loss(model, task, sample)[0], rel=1e-6)
+    assert "sparsity/l0drop_penalty" not in log and "sparsity/l0drop_lambda" not in log
+    _, _, pruned, tokens = penalty_by_hand(model, sample)
+    assert (int(log["sparsity/l0drop_sparsity:num"]), int(log["sparsity/l0drop_sparsity:den"])) == (pruned, tokens)
+
+
 def test_penalty_gradient(l0):
     """d(loss)/db differs between lambda and 0 by lambda * ntokens * mean_s(sum_i p_i (1 - p_i) / n_s)."""
     model, task = l0
@@ -106,7 +141,9 @@ def test_penalty_gradient(l0):
     grads = []
     for lam in (LAMBDA, 0.0):
         model.zero_grad()
-        loss, _, _ = Criterion(task, False, 0.1, l0drop_lambda=lam)(model, sample)
+        with training(model):
+            torch.manual_seed(0)
+            loss, _, _ = Criterion(task, False, 0.1, l0drop_lambda=lam)(model, sample)
         loss.backward()
         grads.append(bias.grad.item())
     model.zero_grad()
@@ -122,12 +159,15 @@ def test_lambda_warmup_is_linear(l0):
     model, task = l0
     sample = sample_of(task, range(2, 20, 2))
     crit = Criterion(task, False, 0.1, l0drop_lambda=LAMBDA, sparsity_warmup_updates=100)
-    ce, size = ce_loss(model, task, sample)
+    with training(model):
+        torch.manual_seed(0)
+        ce, size = ce_loss(model, task, sample)
     penalty = penalty_by_hand(model, sample)[0]
     try:
         for updates in (0, 25, 60, 100, 250):
             model.set_num_updates(updates)
-            with torch.no_grad():
+            with training(model), torch.no_grad():
+                torch.manual_seed(0)
                 loss, _, log = crit(model, sample)
             lam = LAMBDA * min(1.0, updates / 100)
             assert log["sparsity/l0drop_lambda"] == pytest.approx(lam)
@@ -142,6 +182,14 @@ def test_negative_settings_raise(l0):
         Criterion(task, False, 0.1, l0drop_lambda=-0.1)
     with pytest.raises(ValueError, match="warmup"):
         Criterion(task, False, 0.1, l0drop_lambda=0.1, sparsity_warmup_updates=-5)
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+@pytest.mark.parametrize("group", ["l0drop", "head_gates", "attention_reg"])
+def test_non_finite_lambda_raises(group, value):
+    extra = {"attention_reg": "entropy"} if group == "attention_reg" else {}
+    with pytest.raises(ValueError, match=f"--{group.replace('_', '-')}-lambda must be a finite number, got"):
+        Criterion(None, False, 0.1, **{f"{group}_lambda": value}, **extra)
 
 
 def test_registered():
@@ -164,6 +212,18 @@ def test_lambda_without_l0drop_module_raises(stock_transformer_ckpt, corpus):
     # no penalty terms; only the attention statistics the criterion always logs (attn_entropy, attn_max)
     assert not any(k.startswith("sparsity/") and not k.startswith("sparsity/attn_") for k in log)
     assert "sparsity/attn_entropy:num" in log
+
+
+def test_lambda_without_module_raises_before_the_first_batch(stock_transformer_ckpt, corpus):
+    """fairseq-train calls task.begin_epoch(epoch, model) before it reads the first batch: the criterion's
+    model check runs there, so the error comes before the batch-prefetch thread starts."""
+    model, task = load(stock_transformer_ckpt, corpus["bin"])
+    crit = Criterion(task, False, 0.1, head_gates_lambda=0.2)
+    with pytest.raises(SparsityConfigError, match="--head-gates-lambda 0.2 is set but the model"):
+        task.begin_epoch(1, model)
+    ok = Criterion(task, False, 0.1)
+    task.begin_epoch(1, model)  # the latest criterion checks the model; the stock task hook still runs
+    assert ok._checked_model and not crit._checked_model
 
 
 def base_log(**extra):

@@ -1,6 +1,7 @@
 """L0Drop module math: the per-sentence normalised expected-L0 penalty, the sparsity statistics, the
 gates in training and eval mode, and Algorithm 1's compressed memory against attention over the full
 gated sequence (computed with fairseq's own MultiheadAttention, not with our code)."""
+import copy
 import math
 
 import pytest
@@ -74,21 +75,36 @@ def test_penalty_is_per_sentence_normalised_expected_l0():
     assert m.pop_sparsity_terms() == []
 
 
-def test_padding_does_not_count():
+@pytest.mark.parametrize("training", [True, False])
+def test_padding_does_not_count(training):
     m = make_l0drop(bias=-1.0, scale=2.0)
     x, pad, lengths = batch(seed=1)
-    m.eval()
+    m.train(training)
     m(x, pad)
     (ref,) = m.pop_sparsity_terms()
     x2 = x.clone()
     x2[pad.t()] = 100.0  # padded states with huge log alphas
     y, gates = m(x2, pad)
     (term,) = m.pop_sparsity_terms()
-    assert term.penalty.item() == pytest.approx(ref.penalty.item(), abs=1e-6)
+    if training:  # the penalty is a function of log alpha only: the same despite sampled gates
+        assert term.penalty.item() == pytest.approx(ref.penalty.item(), abs=1e-6)
     for k in ref.stats:
         assert [float(v) for v in term.stats[k]] == pytest.approx([float(v) for v in ref.stats[k]])
     assert (gates[pad] == 0).all()
     assert (y[pad.t()] == 0).all()
+
+
+def test_eval_records_statistics_but_no_penalty():
+    """Validation runs in eval mode: a penalty there would make valid_loss CE + lambda L0 for L0Drop models
+    only (and the best-checkpoint metric with it); head gates and attention regularisers report none."""
+    m = make_l0drop(bias=-LN11, scale=1.0).eval()
+    x, pad, lengths = batch(seed=2)
+    m(x, pad)
+    (term,) = m.pop_sparsity_terms()
+    assert term.penalty is None
+    assert float(term.sparsity["l0drop"].units) == sum(lengths) > 0
+    assert 0 < int(term.sparsity["l0drop"].closed) < sum(lengths)
+    assert float(term.stats["l0drop_expected_l0"][0]) > 0
 
 
 def test_sparsity_stat_mixed_and_eval_gates_deterministic():
@@ -300,3 +316,76 @@ def test_incremental_shared_memory_with_reorder(dropped_as):
     xs = x[:, survivors].repeat_interleave(beam, 1)
     ref2, _ = ref(q2, xs, xs, key_padding_mask=full_mask[survivors].repeat_interleave(beam, 0), static_kv=True)
     assert torch.allclose(out2, ref2, atol=1e-5)
+
+
+# --- --l0drop-between-layers: how the gated layers' penalties combine ---
+
+
+def build_l0drop_model(*extra):
+    """transformer_l0drop as fairseq-train builds it (parser, architecture preset, task.build_model)."""
+    from fairseq import options
+    from fairseq.data import Dictionary
+    from fairseq.tasks.translation import TranslationConfig, TranslationTask
+
+    from conftest import USER_DIR
+
+    d = Dictionary()
+    for k in range(20):
+        d.add_symbol(f"w{k}")
+    d.finalize(padding_factor=1)
+    args = options.parse_args_and_arch(options.get_training_parser(), [
+        "unused-data-dir", "--user-dir", USER_DIR, "--task", "translation", "--arch", "transformer_l0drop",
+        "--encoder-layers", "3", "--decoder-layers", "1", "--encoder-embed-dim", "16", "--decoder-embed-dim", "16",
+        "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2",
+        "--decoder-attention-heads", "2", "--share-all-embeddings", "--l0drop-init-bias", "0"] + list(extra))
+    torch.manual_seed(0)
+    return TranslationTask(TranslationConfig(), d, d).build_model(args), args
+
+
+def l0drop_penalties(model, seed=0):
+    """{module name: recorded penalty} of one training forward pass on a fixed batch."""
+    from fairseq_sparse.modules.sparsity import collect_sparsity_terms
+
+    g = torch.Generator().manual_seed(1)
+    src = torch.randint(4, 24, (3, 6), generator=g)
+    model.train()
+    torch.manual_seed(seed)
+    model(src, torch.full((3,), 6), torch.randint(4, 24, (3, 5), generator=g))
+    names = [m.name for m in model.modules() if isinstance(m, L0Drop)]
+    terms = [t for t in collect_sparsity_terms(model) if t.group == "l0drop"]
+    return dict(zip(names, (t.penalty.item() for t in terms)))
+
+
+def test_between_layers_penalty_is_the_layer_mean_by_default():
+    """Summed, the 3 gated layers' penalties make one lambda act about 3 times as strongly as the
+    single gate's; the default averages them, so lambda keeps its single-gate meaning."""
+    mean_model, args = build_l0drop_model("--l0drop-between-layers")
+    assert args.l0drop_layer_penalty == "mean"
+    sum_model, _ = build_l0drop_model("--l0drop-between-layers", "--l0drop-layer-penalty", "sum")
+    mean, summed = l0drop_penalties(mean_model), l0drop_penalties(sum_model)
+    assert sorted(mean) == sorted(summed) == ["l0drop", "l0drop_layer1", "l0drop_layer2"]
+    for name in summed:
+        assert 0.1 < summed[name] < 1.0  # b = 0: half-open gates, a per-sentence share of states
+        assert mean[name] == pytest.approx(summed[name] / 3, rel=1e-6)
+    # w = 0, b = 0, no padding: the first gated layer's unscaled penalty is P(g != 0) at log alpha 0, the
+    # single gate's penalty (not scaled by either choice)
+    assert summed["l0drop_layer1"] == pytest.approx(p_open_by_hand(0.0), rel=1e-5)
+    single, _ = build_l0drop_model()
+    assert l0drop_penalties(single) == pytest.approx({"l0drop": p_open_by_hand(0.0)}, rel=1e-5)
+
+
+def test_layer_penalty_option_filled_in_and_checked():
+    from fairseq_sparse.models.transformer_l0drop import L0DropTransformerModel
+
+    _, args = build_l0drop_model()
+    del args.l0drop_layer_penalty  # a checkpoint written before the option
+    L0DropTransformerModel.fill_defaults(args)
+    assert args.l0drop_layer_penalty == "mean"
+    L0DropTransformerModel.check_args(args)
+    for name, value, message in (("l0drop_layer_penalty", "max", "--l0drop-layer-penalty must be one of"),
+                                 ("l0drop_init_bias", math.nan, "--l0drop-init-bias must be a finite number"),
+                                 ("l0drop_beta", math.inf, "--l0drop-beta, --l0drop-gamma, --l0drop-zeta")):
+        bad = copy.copy(args)
+        setattr(bad, name, value)
+        with pytest.raises(ValueError, match=message):
+            L0DropTransformerModel.check_args(bad)

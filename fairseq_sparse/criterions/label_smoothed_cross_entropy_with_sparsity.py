@@ -4,7 +4,10 @@ The penalties come from the model's :class:`~fairseq_sparse.modules.sparsity.Spa
 through :func:`~fairseq_sparse.modules.sparsity.collect_sparsity_terms`; each term names the group of
 the lambda that weights it. Terms are normalised like the papers' per-token mean losses, and fairseq
 divides the returned loss by ``sample_size``, so the term is added as lambda * penalty * sample_size
-(Zhang, Titov & Sennrich 2021 Eq. 12 with the paper's lambda).
+(Zhang, Titov & Sennrich 2021 Eq. 12 with the paper's lambda). A term that is a mean per target token
+(the attention regulariser) is weighted by the number of target tokens instead, also under
+``--sentence-avg``, so that its lambda means the same whatever the averaging. Modules report penalties in
+training only: the valid loss is the cross-entropy of every model, comparable across models.
 
 ``--attention-reg entropy|linf`` adds Zhang, Zhao, Li & Zong's (2019) attention regulariser on encoder-decoder attention
 (group ``attention_reg``, weighted by ``--attention-reg-lambda``). The criterion attaches an
@@ -14,6 +17,8 @@ of ours; no special architecture). The mean attention entropy and maximum weight
 (``attn_entropy``, ``attn_max``) are logged in training and validation whatever ``--attention-reg`` is.
 """
 import logging
+import math
+import weakref
 from dataclasses import dataclass, field
 from typing import Dict, Optional
 
@@ -52,9 +57,10 @@ BATCHES_KEY = "sparsity_batches"
 class SparsityConfigError(ValueError, RuntimeError):
     """A sparsity option the model cannot honour (e.g. a lambda for a module the model lacks).
 
-    Found at the first training step, the earliest point where the criterion sees the model. It is
-    also a RuntimeError because fairseq's trainer saves a ``crash.pt`` checkpoint for any other
-    exception raised inside a training step; a configuration error must stop without writing anything.
+    Found before the first batch (fairseq's ``task.begin_epoch`` hook, see
+    :meth:`LabelSmoothedCrossEntropyWithSparsity.check_model_before_training`), else at the first
+    forward pass. It is also a RuntimeError because fairseq's trainer saves a ``crash.pt`` checkpoint for
+    any other exception raised inside a training step; a configuration error must stop without writing.
     """
 
 
@@ -139,6 +145,8 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
         super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy)
         self.lambdas = {"l0drop": l0drop_lambda, "head_gates": head_gates_lambda, "attention_reg": attention_reg_lambda}
         for group, value in self.lambdas.items():
+            if not math.isfinite(value):
+                raise ValueError(f"--{group.replace('_', '-')}-lambda must be a finite number, got {value}")
             if value < 0:
                 raise ValueError(f"--{group.replace('_', '-')}-lambda must be >= 0, got {value}")
         if sparsity_warmup_updates < 0:
@@ -166,6 +174,28 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
         self.controller = LagrangianController(targets, sparsity_target_warmup_updates) if targets else None
         self._warned_closed = set()
         self._checked_model = False
+        self.check_model_before_training(task)
+
+    def check_model_before_training(self, task):
+        """Have ``task.begin_epoch(epoch, model)`` check the model first. fairseq builds the criterion after
+        the model but hands it the model only in the first training step, when its batch-prefetch thread
+        already runs (an error there ends in "terminate called", exit 134); the trainer calls the task's
+        begin_epoch hook with the model just before it reads the first batch."""
+        if task is None:
+            return
+        installed = hasattr(task, "_sparsity_criterion")
+        task._sparsity_criterion = weakref.ref(self)  # the latest criterion built for the task checks
+        if installed:
+            return
+        task_begin_epoch = task.begin_epoch
+
+        def begin_epoch(epoch, model):
+            crit = task._sparsity_criterion()
+            if crit is not None and not crit._checked_model:
+                crit.check_model(model)
+            return task_begin_epoch(epoch, model)
+
+        task.begin_epoch = begin_epoch
 
     def check_model(self, model):
         """Lambdas for penalties the model cannot produce are a configuration error. Then attaches the
@@ -220,7 +250,7 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
             net_output = model(**sample["net_input"])
         loss, nll_loss = self.compute_loss(model, net_output, sample, reduce=reduce)
         sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
-        penalty, logging_output = self.compute_sparsity_loss(model)
+        penalty, logging_output = self.compute_sparsity_loss(model, sample["ntokens"] / max(sample_size, 1))
         loss = loss + penalty * sample_size
         logging_output.update({
             "loss": loss.data,
@@ -235,8 +265,9 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
             logging_output["total"] = utils.item(total.data)
         return loss, sample_size, logging_output
 
-    def compute_sparsity_loss(self, model):
-        """sum over reported terms of lambda_group * penalty, and the terms' statistics for logging."""
+    def compute_sparsity_loss(self, model, tokens_per_unit=1.0):
+        """sum over reported terms of lambda_group * penalty (a per-target-token term times
+        ``tokens_per_unit``, target tokens per unit of sample_size), and the terms' statistics for logging."""
         penalty = torch.zeros(())
         logging_output = {}
         updates = num_updates(model)
@@ -245,7 +276,8 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
         for term in terms:
             lam = self.current_lambda(term.group, updates)
             if term.penalty is not None:
-                penalty = penalty.to(term.penalty) + lam * term.penalty
+                weight = lam * (tokens_per_unit if term.per_target_token else 1.0)
+                penalty = penalty.to(term.penalty) + weight * term.penalty
                 key = f"{STAT_PREFIX}{term.group}_penalty"  # summed over the group's modules, as in the loss
                 logging_output[key] = logging_output.get(key, 0) + term.penalty.detach()
                 logging_output[f"{STAT_PREFIX}{term.group}_lambda"] = lam

@@ -47,7 +47,7 @@ from ..modules.decoder_layer import (
     decoder_layout_defaults,
     drop_absent_sublayer_params,
 )
-from ..modules.hard_concrete import DEFAULT_GAMMA, DEFAULT_ZETA, HardConcrete
+from ..modules.hard_concrete import DEFAULT_GAMMA, DEFAULT_ZETA, HardConcrete, check_gate_options
 from ..modules.head_gates import ATTENTION_TYPES, add_head_gates, apply_kept_heads
 from ..modules.sparsity import SparsityModule
 
@@ -134,7 +134,8 @@ def parse_head_gate_types(value):
 def check_head_gate_args(args):
     """Validate before anything is built (bad input fails before training or decoding starts)."""
     parse_head_gate_types(args.head_gates)
-    HardConcrete(args.head_gates_beta, args.head_gates_gamma, args.head_gates_zeta)
+    check_gate_options("--head-gates", args.head_gates_beta, args.head_gates_gamma, args.head_gates_zeta,
+                       "init-log-alpha", args.head_gates_init_log_alpha)
     if args.head_gates_penalty not in ("sum", "layer_mean"):
         raise ValueError(f"--head-gates-penalty must be sum or layer_mean, got {args.head_gates_penalty!r}")
 

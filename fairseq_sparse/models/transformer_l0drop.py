@@ -21,11 +21,14 @@ from torch import Tensor
 from ..modules.attention_normalisers import COUNT_EXACT
 from ..modules.count_attention import CountAwareAttention
 from ..modules.decoder_layer import SublayerDecoderLayer
-from ..modules.hard_concrete import DEFAULT_BETA, DEFAULT_GAMMA, DEFAULT_ZETA, HardConcrete
+from ..modules.hard_concrete import DEFAULT_BETA, DEFAULT_GAMMA, DEFAULT_ZETA, HardConcrete, check_gate_options
 from ..modules.l0drop import DROPPED_AS_CHOICES, L0Drop, compress, decoder_padding_mask, expand_attention
 from .sparse_transformer import SparseTransformerModel, SublayerTransformerDecoder, register_architectures
 
 logger = logging.getLogger(__name__)
+
+#: how the L0 penalties of the gated layers combine under --l0drop-between-layers
+LAYER_PENALTY_CHOICES = ("mean", "sum")
 
 
 @dataclass
@@ -55,6 +58,14 @@ class L0DropConfig(FairseqDataclass):
         metadata={"help": "also put L0Drop between every pair of encoder layers (Zhang, Titov & Sennrich 2021 Sec. 6, 'prune "
                           "encodings earlier'); a state dropped there stays dropped"},
     )
+    l0drop_layer_penalty: ChoiceEnum(LAYER_PENALTY_CHOICES) = field(
+        default="mean",
+        metadata={"help": "with --l0drop-between-layers, how the L gated layers' L0 penalties combine (the paper "
+                          "does not say): 'mean' (default) keeps --l0drop-lambda's single-gate meaning (lambda x "
+                          "expected share of states kept), so a lambda tuned without the option (Zhang, Titov & "
+                          "Sennrich 2021: 0.2-0.3) transfers whatever the depth; 'sum' makes one lambda act about "
+                          "L times as strongly"},
+    )
 
 
 PRUNED_DECODING_HELP = (
@@ -71,10 +82,12 @@ class L0DropTransformerEncoder(TransformerEncoder):
         self.dropped_as = args.l0drop_dropped_as
         self.pruned_decoding = args.pruned_decoding
         embed_dim = embed_tokens.embedding_dim
+        gated_layers = len(self.layers) if args.l0drop_between_layers else 1
+        scale = 1.0 / gated_layers if args.l0drop_layer_penalty == "mean" else 1.0
 
         def make_l0drop(name):
             gate = HardConcrete(args.l0drop_beta, args.l0drop_gamma, args.l0drop_zeta)
-            return L0Drop(embed_dim, gate, args.l0drop_init_bias, name=name)
+            return L0Drop(embed_dim, gate, args.l0drop_init_bias, name=name, penalty_scale=scale)
 
         self.l0drop = make_l0drop("l0drop")
         self.layer_l0drops = None
@@ -250,7 +263,11 @@ class L0DropTransformerModel(SparseTransformerModel):
     def check_args(cls, args):
         if args.l0drop_dropped_as not in DROPPED_AS_CHOICES:
             raise ValueError(f"--l0drop-dropped-as must be one of {DROPPED_AS_CHOICES}, got {args.l0drop_dropped_as!r}")
-        HardConcrete(args.l0drop_beta, args.l0drop_gamma, args.l0drop_zeta)  # validates the gate options
+        if args.l0drop_layer_penalty not in LAYER_PENALTY_CHOICES:
+            raise ValueError(f"--l0drop-layer-penalty must be one of {LAYER_PENALTY_CHOICES}, "
+                             f"got {args.l0drop_layer_penalty!r}")
+        check_gate_options("--l0drop", args.l0drop_beta, args.l0drop_gamma, args.l0drop_zeta, "init-bias",
+                           args.l0drop_init_bias)
         super().check_args(args)
         if (args.encdec_attention_normaliser not in COUNT_EXACT and args.l0drop_dropped_as == "zero"
                 and args.pruned_decoding):

@@ -33,6 +33,10 @@ class HardConcrete(nn.Module):
 
     def __init__(self, beta=DEFAULT_BETA, gamma=DEFAULT_GAMMA, zeta=DEFAULT_ZETA, eps=1e-6):
         super().__init__()
+        if not math.isfinite(beta):
+            raise ValueError(f"HardConcrete beta must be a finite number > 0, got {beta}")
+        if not (math.isfinite(gamma) and math.isfinite(zeta)):
+            raise ValueError(f"HardConcrete gamma and zeta must be finite numbers, got gamma={gamma}, zeta={zeta}")
         if beta <= 0:
             raise ValueError(f"HardConcrete beta must be > 0, got {beta}")
         if not (gamma < 0.0 and zeta > 1.0):
@@ -75,3 +79,14 @@ class HardConcrete(nn.Module):
     def forward(self, log_alpha):
         """A sample in training mode, the deterministic gate in eval mode."""
         return self.sample(log_alpha) if self.training else self.deterministic(log_alpha)
+
+
+def check_gate_options(prefix: str, beta, gamma, zeta, init_option: str, init):
+    """Refuse bad options of one kind of gate (e.g. prefix ``--l0drop``) with the options' names: the
+    HardConcrete parameters, and a finite initial log alpha (nan and inf pass comparisons)."""
+    try:
+        HardConcrete(beta, gamma, zeta)
+    except ValueError as err:
+        raise ValueError(f"{prefix}-beta, {prefix}-gamma, {prefix}-zeta: {err}") from None
+    if not math.isfinite(init):
+        raise ValueError(f"{prefix}-{init_option} must be a finite number, got {init}")

@@ -36,16 +36,20 @@ class L0Drop(SparsityModule):
             and P(g != 0) = 0.99, i.e. a converged model's function is unchanged at the start of
             fine-tuning (the paper's main recipe).
         name: prefix of the logged statistics (``l0drop`` for the gates on the encoder output)
+        penalty_scale: factor of the recorded penalty (1 / number of gated layers averages the penalties
+            of ``--l0drop-between-layers`` instead of summing them)
     """
 
     penalty_group = "l0drop"
 
-    def __init__(self, embed_dim: int, hard_concrete: HardConcrete, init_bias: float = 3.0, name="l0drop"):
+    def __init__(self, embed_dim: int, hard_concrete: HardConcrete, init_bias: float = 3.0, name="l0drop",
+                 penalty_scale: float = 1.0):
         super().__init__()
         self.hard_concrete = hard_concrete
         self.log_alpha_proj = nn.Linear(embed_dim, 1)
         self.init_bias = init_bias
         self.name = name
+        self.penalty_scale = penalty_scale
         self.reset_parameters()
 
     def reset_parameters(self):
@@ -61,9 +65,9 @@ class L0Drop(SparsityModule):
 
         ``alive`` (B x T) marks states not dropped by an earlier L0Drop layer; those stay dropped.
         Returns (gated x, gates B x T): sampled gates in training, g_hat (Eq. 13) in eval mode.
-        Records the expected-L0 penalty: mean over sentences of sum_i P(g_i != 0) / n_real (the
-        reference code's per-sentence normalisation), and the expected L0 and the sparsity rate of
-        g_hat per real source token.
+        Records, in training only, the expected-L0 penalty: ``penalty_scale`` times the mean over
+        sentences of sum_i P(g_i != 0) / n_real (the reference code's per-sentence normalisation); and
+        in both modes the expected L0 and the sparsity rate of g_hat per real source token.
         """
         log_alpha = self.log_alpha(x)
         real = torch.ones_like(log_alpha, dtype=torch.bool) if padding_mask is None else ~padding_mask
@@ -73,7 +77,7 @@ class L0Drop(SparsityModule):
         x = x * gates.transpose(0, 1).unsqueeze(-1).to(x.dtype)
 
         p_open = self.hard_concrete.prob_open(log_alpha) * candidates
-        penalty = (p_open.sum(1) / n_real).mean()
+        penalty = self.penalty_scale * (p_open.sum(1) / n_real).mean() if self.training else None
         g_hat = gates if not self.training else self.hard_concrete.deterministic(log_alpha) * candidates
         tokens = real.sum().detach()
         self.record(SparsityTerm(
