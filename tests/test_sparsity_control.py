@@ -108,6 +108,9 @@ def test_bad_targets_refused(l0drop, heads, match):
 class _Task:
     target_dictionary = type("D", (), {"pad": lambda self: 1})()
 
+    def begin_epoch(self, epoch, model):
+        pass
+
 
 def criterion(**kw):
     return Criterion(_Task(), False, 0.1, **kw)
@@ -148,3 +151,4 @@ def test_target_for_missing_module_refused():
         criterion(l0drop_target_sparsity=0.5).check_model(model)
     with pytest.raises(SparsityConfigError, match="head_gates_dec"):
         criterion(head_gates_target_sparsity="dec=0.5").check_model(model)
+

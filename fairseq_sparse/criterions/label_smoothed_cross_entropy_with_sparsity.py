@@ -289,7 +289,7 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
         return penalty, logging_output
 
     def control_sparsity(self, terms, updates: int, training: bool, logging_output: dict):
-        """Log the sparsity of every gated key (g_hat and expected), warn once when a key's units are (nearly)
+        """Log the expected sparsity of every gated key, warn once when a key's units are (nearly)
         all closed, and return the controller's Lagrangian (training with targets; else 0)."""
         counts: Dict[str, list] = {}
         for term in terms:
@@ -300,9 +300,9 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
         for key, (exp, closed, units) in counts.items():
             if not units:
                 continue
-            for name, value in (("sparsity", closed), ("expected_sparsity", exp)):
-                logging_output[f"{STAT_PREFIX}{key}_{name}:num"] = value.detach() if torch.is_tensor(value) else value
-                logging_output[f"{STAT_PREFIX}{key}_{name}:den"] = units
+            # the g_hat share is each module's own statistic (<key>_sparsity); the expected one is logged here
+            logging_output[f"{STAT_PREFIX}{key}_expected_sparsity:num"] = exp.detach()
+            logging_output[f"{STAT_PREFIX}{key}_expected_sparsity:den"] = units
             shares[key] = straight_through(closed, exp, units)
             if key not in self._warned_closed and float(closed) >= ALL_CLOSED * float(units):
                 self._warned_closed.add(key)

@@ -87,6 +87,8 @@ class HeadGates(SparsityModule):
         self.record(SparsityTerm(self.penalty_group, penalty, {
             f"heads_open_expected_{t}": (expected.detach().sum(), den),
             f"heads_open_{t}": ((g_hat.detach() > 0).sum(), den),
+            f"{self.penalty_group}_sparsity": (closed.closed, n),  # share of gated heads closed (g_hat = 0)
+            f"{self.penalty_group}_{t}_sparsity": (closed.closed, n),
         }, sparsity={self.penalty_group: closed, f"{self.penalty_group}_{t}": closed}))
         return gates
 

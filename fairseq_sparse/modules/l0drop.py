@@ -80,11 +80,15 @@ class L0Drop(SparsityModule):
         penalty = self.penalty_scale * (p_open.sum(1) / n_real).mean() if self.training else None
         g_hat = gates if not self.training else self.hard_concrete.deterministic(log_alpha) * candidates
         tokens = real.sum().detach()
+        pruned = (real & (g_hat == 0)).sum().detach()
         self.record(SparsityTerm(
             group=self.penalty_group,
             penalty=penalty,
-            stats={f"{self.name}_expected_l0": (p_open.sum().detach(), tokens)},
-            sparsity={self.name: SparsityCount(tokens - p_open.sum(), (real & (g_hat == 0)).sum().detach(), tokens)},
+            stats={
+                f"{self.name}_expected_l0": (p_open.sum().detach(), tokens),
+                f"{self.name}_sparsity": (pruned, tokens),
+            },
+            sparsity={self.name: SparsityCount(tokens - p_open.sum(), pruned, tokens)},
         ))
         return x, gates
 

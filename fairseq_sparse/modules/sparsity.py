@@ -24,9 +24,9 @@ class SparsityTerm:
     stats: name -> (numerator, denominator); summed over batches and workers and logged as
         numerator / denominator, e.g. ``{"l0drop_expected_l0": (sum P(g != 0), src_tokens)}``.
     sparsity: key -> :class:`SparsityCount` of the units this module gates (summed over the modules
-        reporting the same key); the criterion logs ``<key>_sparsity`` (g_hat) and
-        ``<key>_expected_sparsity``, steers a key to ``--*-target-sparsity`` and warns when a key's
-        units are (nearly) all closed.
+        reporting the same key); the criterion logs ``<key>_expected_sparsity``, steers a key to
+        ``--*-target-sparsity`` and warns when a key's units are (nearly) all closed. (The g_hat share
+        is a statistic the module reports itself, as ``<key>_sparsity``.)
     per_target_token: ``penalty`` is a mean per real target token (the attention regulariser): the
         criterion weights it by the number of target tokens instead of sample_size, so that its lambda
         means the same with ``--sentence-avg``.
