@@ -19,4 +19,4 @@ Bibliography (docstrings and ``--help`` texts cite these by authors and year):
   The HardConcrete distribution.
 """
 from . import checkpoint_safety  # noqa: F401  (first: fairseq tools may load checkpoints right after)
-from . import criterions, models, modules  # noqa: F401
+from . import criterions, models, modules, optim  # noqa: F401
