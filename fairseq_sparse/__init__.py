@@ -15,6 +15,8 @@ Bibliography (docstrings and ``--help`` texts cite these by authors and year):
   importance scores, pruning curves.
 - Yang, Wang, Shi, Tadepalli, Lee & Tu 2020: On the Sub-Layer Functionalities of Transformer Decoder
   (Findings of EMNLP 2020). Simplified decoder, sub-layer orders, the universal probing decoder.
+- Xia, Zhong & Chen 2022: Structured Pruning Learns Compact and Accurate Models (ACL 2022). CoFi's
+  Lagrangian control of a target sparsity.
 - Louizos, Welling & Kingma 2018: Learning Sparse Neural Networks through L0 Regularization (ICLR 2018).
   The HardConcrete distribution.
 """
