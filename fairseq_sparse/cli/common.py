@@ -129,15 +129,20 @@ def check_output_files(options: Sequence[Tuple[str, Optional[str]]], overwrite: 
     for option, path in options:
         if path is None:
             continue
-        for src in inputs:
-            if src is not None and os.path.abspath(src) == os.path.abspath(path) or (
-                    src is not None and os.path.exists(src) and os.path.exists(path) and os.path.samefile(src, path)):
-                raise ToolError(f"{option} {path} is an input of this command: refusing to write over it")
+        if any(src is not None and _same_file(src, path) for src in inputs):
+            raise ToolError(f"{option} {path} is an input of this command: refusing to write over it")
         parent = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(parent):
             raise ToolError(f"{option}: directory does not exist: {parent}")
         if os.path.exists(path) and not overwrite:
             raise ToolError(f"{option}: {path} exists; pass --overwrite to replace it")
+
+
+def _same_file(a: str, b: str) -> bool:
+    """The same path (after links) or, both existing, the same file (hard links)."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    return os.path.exists(a) and os.path.exists(b) and os.path.samefile(a, b)
 
 
 # ------------------------------------------------------------------------------------------------

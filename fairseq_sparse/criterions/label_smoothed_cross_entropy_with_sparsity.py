@@ -291,11 +291,10 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
     def control_sparsity(self, terms, updates: int, training: bool, logging_output: dict):
         """Log the expected sparsity of every gated key, warn once when a key's units are (nearly)
         all closed, and return the controller's Lagrangian (training with targets; else 0)."""
-        counts: Dict[str, list] = {}
+        counts: Dict[str, tuple] = {}  # key -> (expected closed, closed, units), summed over the modules
         for term in terms:
             for key, c in term.sparsity.items():
-                acc = counts.setdefault(key, [0, 0, 0])
-                acc[0], acc[1], acc[2] = acc[0] + c.expected, acc[1] + c.closed, acc[2] + c.units
+                counts[key] = tuple(a + b for a, b in zip(counts.get(key, (0, 0, 0)), (c.expected, c.closed, c.units)))
         shares = {}
         for key, (exp, closed, units) in counts.items():
             if not units:
