@@ -23,6 +23,23 @@ def test_target_rises_linearly_then_holds():
     assert LagrangianController({"l0drop": 0.6}, warmup_updates=0).target("l0drop", 0) == 0.6
 
 
+def test_schedule_holds_each_target_and_ramps_between():
+    """0.2 then 0.6, each held 100 updates, 40-update ramps: from 0 to 0.2, then from 0.2 to 0.6."""
+    c = LagrangianController({"l0drop": (0.2, 0.6), "head_gates": 0.5}, warmup_updates=40, hold_updates=100)
+    assert [c.target("l0drop", u) for u in (0, 20, 40, 99, 100, 120, 140, 199, 500)] == pytest.approx(
+        [0.0, 0.1, 0.2, 0.2, 0.2, 0.4, 0.6, 0.6, 0.6])
+    assert [c.target("head_gates", u) for u in (20, 150)] == pytest.approx([0.25, 0.5])  # one target: no stages
+    assert c.stages() == 2
+
+
+def test_schedule_needs_a_hold_longer_than_the_warmup():
+    with pytest.raises(ValueError, match="must exceed"):
+        LagrangianController({"l0drop": (0.2, 0.6)}, warmup_updates=200, hold_updates=200)
+    with pytest.raises(ValueError, match="must exceed"):
+        LagrangianController({"l0drop": (0.2, 0.6)}, warmup_updates=200)
+    assert LagrangianController({"l0drop": 0.2}, warmup_updates=200, hold_updates=50).hold_updates == 0
+
+
 @pytest.mark.parametrize("s,sign", [(0.1, -1.0), (0.9, 1.0)])
 def test_multipliers_ascend(s, sign):
     """One SGD step on the Lagrangian: lambda_1 moves towards -(t - s) (negative while not sparse enough,
@@ -86,10 +103,12 @@ def test_controller_with_no_target_pressure_keeps_gates_open():
 
 
 @pytest.mark.parametrize("l0drop,heads,expected", [
-    (0.5, None, {"l0drop": 0.5}),
-    (None, "0.3", {"head_gates": 0.3}),
-    (None, "enc=0.6, encdec=0.2", {"head_gates_enc": 0.6, "head_gates_encdec": 0.2}),
-    (0.0, "", {"l0drop": 0.0}),
+    (0.5, None, {"l0drop": (0.5,)}),
+    (None, "0.3", {"head_gates": (0.3,)}),
+    (None, "enc=0.6, encdec=0.2", {"head_gates_enc": (0.6,), "head_gates_encdec": (0.2,)}),
+    (0.0, "", {"l0drop": (0.0,)}),
+    ("0.2,0.4, 0.6", "0.1:0.3", {"l0drop": (0.2, 0.4, 0.6), "head_gates": (0.1, 0.3)}),
+    (None, "enc=0.2:0.4,encdec=0.1", {"head_gates_enc": (0.2, 0.4), "head_gates_encdec": (0.1,)}),
 ])
 def test_parse_targets(l0drop, heads, expected):
     assert parse_targets(l0drop, heads) == expected
@@ -98,7 +117,8 @@ def test_parse_targets(l0drop, heads, expected):
 @pytest.mark.parametrize("l0drop,heads,match", [
     (1.0, None, r"\[0, 1\)"), (-0.1, None, r"\[0, 1\)"), (math.nan, None, r"\[0, 1\)"), (math.inf, None, r"\[0, 1\)"),
     (None, "nan", r"\[0, 1\)"), (None, "x", "not a number"), (None, "foo=0.5", "unknown attention type"),
-    (None, "enc=1.5", r"\[0, 1\)"),
+    (None, "enc=1.5", r"\[0, 1\)"), ("0.2,,0.4", None, "not a number"), ("0.2,1.0", None, r"\[0, 1\)"),
+    (None, "enc=0.2,0.4", "unknown attention type"),
 ])
 def test_bad_targets_refused(l0drop, heads, match):
     with pytest.raises(ValueError, match=match):
@@ -121,6 +141,21 @@ def test_target_with_fixed_lambda_refused():
         criterion(l0drop_lambda=0.3, l0drop_target_sparsity=0.5)
     with pytest.raises(ValueError, match="both set"):
         criterion(head_gates_lambda=0.1, head_gates_target_sparsity="enc=0.5")
+
+
+def test_schedule_checkpoint_options_checked_before_training():
+    """A schedule saves a checkpoint per target: --save-interval-updates must be the hold, and --max-update
+    must cover every target; a hold without a schedule is refused."""
+    kw = dict(l0drop_target_sparsity="0.2,0.4", sparsity_target_hold_updates=300, sparsity_target_warmup_updates=100)
+    for save, max_update, match in [(0, 600, "--save-interval-updates 300"), (100, 600, "--save-interval-updates 300"),
+                                    (300, 500, "--max-update 600")]:
+        c = criterion(save_interval_updates=save, max_update=max_update, **kw)
+        with pytest.raises(SparsityConfigError, match=match):
+            c.check_schedule_checkpoints(*c.schedule_checkpoints)
+    c = criterion(save_interval_updates=300, max_update=0, **kw)
+    c.check_schedule_checkpoints(*c.schedule_checkpoints)
+    with pytest.raises(ValueError, match="no target sparsity is a schedule"):
+        criterion(l0drop_target_sparsity="0.3", sparsity_target_hold_updates=300)
 
 
 def test_criterion_owns_multipliers_only_with_targets():

@@ -20,11 +20,12 @@ import logging
 import math
 import weakref
 from dataclasses import dataclass, field
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import torch
 from fairseq import metrics, utils
 from fairseq.dataclass import ChoiceEnum
+from omegaconf import II
 from fairseq.criterions import register_criterion
 from fairseq.criterions.label_smoothed_cross_entropy import (
     LabelSmoothedCrossEntropyCriterion,
@@ -82,23 +83,33 @@ class LabelSmoothedCrossEntropyWithSparsityConfig(LabelSmoothedCrossEntropyCrite
                           "from scratch, Zhang, Titov & Sennrich 2021 Sec. 6), and every target sparsity from 0 to "
                           "its value; 0 = full lambda / target from the start"},
     )
-    l0drop_target_sparsity: Optional[float] = field(
+    l0drop_target_sparsity: Optional[str] = field(
         default=None,
         metadata={"help": "share of source states to prune, in [0, 1): instead of a fixed --l0drop-lambda, a "
-                          "Lagrangian controller (Xia, Zhong & Chen 2022, CoFi) steers the expected sparsity of the "
-                          "encoder-output gates to this target"},
+                          "Lagrangian controller (Xia, Zhong & Chen 2022, CoFi) steers the sparsity of the "
+                          "encoder-output gates to this target; a schedule '0.2,0.4,0.6' (or '0.2:0.4:0.6') holds "
+                          "each target for --sparsity-target-hold-updates updates"},
     )
     head_gates_target_sparsity: Optional[str] = field(
         default=None,
         metadata={"help": "share of gated heads to close, in [0, 1): one number for all gated heads, or per "
                           "attention type, e.g. 'enc=0.6,encdec=0.2'; a Lagrangian controller replaces "
-                          "--head-gates-lambda"},
+                          "--head-gates-lambda. Schedules: '0.2,0.4' or 'enc=0.2:0.4,encdec=0.1:0.2'"},
     )
     sparsity_target_warmup_updates: int = field(
         default=DEFAULT_TARGET_WARMUP,
-        metadata={"help": "raise every target sparsity linearly from 0 over this many updates, then hold it (the "
-                          "controller's counterpart of --sparsity-warmup-updates, which ramps fixed lambdas)"},
+        metadata={"help": "raise every target sparsity linearly from 0 (in a schedule: from the previous target) "
+                          "over this many updates, then hold it (the controller's counterpart of "
+                          "--sparsity-warmup-updates, which ramps fixed lambdas)"},
     )
+    sparsity_target_hold_updates: int = field(
+        default=0,
+        metadata={"help": "with a schedule of targets: updates per target (warm-up included); fairseq saves a "
+                          "checkpoint at the end of each (--save-interval-updates must equal it), so one run "
+                          "gives a whole sparsity/quality curve (fairseq-sparse-sparsity-curve)"},
+    )
+    save_interval_updates: int = II("checkpoint.save_interval_updates")
+    max_update: int = II("optimization.max_update")
     attention_reg: ChoiceEnum(REG_KINDS) = field(
         default="none",
         metadata={"help": "regulariser on encoder-decoder attention (Zhang, Zhao, Li & Zong 2019 Sec. III): 'entropy' adds lambda * "
@@ -141,6 +152,9 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
         l0drop_target_sparsity=None,
         head_gates_target_sparsity=None,
         sparsity_target_warmup_updates=DEFAULT_TARGET_WARMUP,
+        sparsity_target_hold_updates=0,
+        save_interval_updates=0,
+        max_update=0,
     ):
         super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy)
         self.lambdas = {"l0drop": l0drop_lambda, "head_gates": head_gates_lambda, "attention_reg": attention_reg_lambda}
@@ -171,7 +185,12 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
             if self.lambdas[group] > 0:
                 raise ValueError(f"--{group.replace('_', '-')}-target-sparsity and --{group.replace('_', '-')}-lambda "
                                  f"{self.lambdas[group]} both set: the controller chooses the weight; drop the lambda")
-        self.controller = LagrangianController(targets, sparsity_target_warmup_updates) if targets else None
+        self.controller = LagrangianController(targets, sparsity_target_warmup_updates,
+                                               sparsity_target_hold_updates) if targets else None
+        if sparsity_target_hold_updates and not (self.controller and self.controller.stages() > 1):
+            raise ValueError("--sparsity-target-hold-updates is set but no target sparsity is a schedule "
+                             "(e.g. --l0drop-target-sparsity 0.2,0.4,0.6)")
+        self.schedule_checkpoints = (save_interval_updates, max_update)
         self._warned_closed = set()
         self._checked_model = False
         self.check_model_before_training(task)
@@ -211,6 +230,8 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
                     f"module; use an architecture with it (e.g. --arch transformer_{group})"
                     + (" or --head-gates enc,dec,encdec" if group == "head_gates" else "")
                 )
+        if self.controller is not None and self.controller.stages() > 1:
+            self.check_schedule_checkpoints(*self.schedule_checkpoints)
         if self.controller is not None:
             gated_types = {m.attention_type for m in model.modules() if getattr(m, "penalty_group", "") == "head_gates"}
             available = ({"l0drop"} if "l0drop" in groups else set()) | (
@@ -223,6 +244,18 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
                         f"(it has: {', '.join(sorted(available)) or 'none'})")
         self.attach_attention_regulariser(model)
         self._checked_model = True
+
+    def check_schedule_checkpoints(self, save_interval_updates, max_update):
+        """A schedule saves one checkpoint per target: fairseq's --save-interval-updates must be the hold, and
+        --max-update must leave room for every target."""
+        hold, stages = self.controller.hold_updates, self.controller.stages()
+        if save_interval_updates != hold:
+            raise SparsityConfigError(
+                f"a schedule of {stages} targets holds each for {hold} updates; add --save-interval-updates {hold} "
+                f"(got {save_interval_updates or 'none'}) so that fairseq saves a checkpoint at the end of each target")
+        if max_update and max_update < hold * stages:
+            raise SparsityConfigError(f"a schedule of {stages} targets x {hold} updates needs --max-update "
+                                      f"{hold * stages}, got {max_update}")
 
     def attach_attention_regulariser(self, model):
         kind = self.attention_reg["kind"]
@@ -351,31 +384,38 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
         return True
 
 
-def parse_targets(l0drop: Optional[float], head_gates: Optional[str]) -> Dict[str, float]:
-    """{controlled key: target sparsity} from --l0drop-target-sparsity and --head-gates-target-sparsity
-    (a number, or ``type=number`` pairs: keys ``head_gates`` / ``head_gates_<type>``)."""
+def parse_targets(l0drop, head_gates: Optional[str]) -> Dict[str, Tuple[float, ...]]:
+    """{controlled key: target schedule} from --l0drop-target-sparsity and --head-gates-target-sparsity:
+    a number or a schedule of numbers ('0.2,0.4' or '0.2:0.4'), or ``type=schedule`` pairs ('enc=0.2:0.4,
+    encdec=0.1'): keys ``l0drop``, ``head_gates`` / ``head_gates_<type>``."""
     targets = {}
-    if l0drop is not None:
-        targets["l0drop"] = _target_value(l0drop, "--l0drop-target-sparsity")
+    if l0drop is not None and str(l0drop).strip():
+        targets["l0drop"] = _schedule(str(l0drop), ",:", "--l0drop-target-sparsity")
     spec = (head_gates or "").strip()
-    if spec:
-        if "=" not in spec:
-            targets["head_gates"] = _target_value(spec, "--head-gates-target-sparsity")
-        for part in filter(None, (p.strip() for p in spec.split(","))) if "=" in spec else ():
-            kind, _, value = part.partition("=")
-            kind = kind.strip()
-            if kind not in ATTENTION_TYPES:
-                raise ValueError(f"--head-gates-target-sparsity: unknown attention type {kind!r} in {spec!r}; "
-                                 f"use a number or e.g. 'enc=0.6,encdec=0.2' (types: {', '.join(ATTENTION_TYPES)})")
-            targets[f"head_gates_{kind}"] = _target_value(value, f"--head-gates-target-sparsity {kind}")
+    if spec and "=" not in spec:
+        targets["head_gates"] = _schedule(spec, ",:", "--head-gates-target-sparsity")
+    for part in filter(None, (p.strip() for p in spec.split(","))) if "=" in spec else ():
+        kind, _, value = part.partition("=")
+        kind = kind.strip()
+        if kind not in ATTENTION_TYPES:
+            raise ValueError(f"--head-gates-target-sparsity: unknown attention type {kind!r} in {spec!r}; "
+                             f"use a number or e.g. 'enc=0.6,encdec=0.2' (types: {', '.join(ATTENTION_TYPES)})")
+        targets[f"head_gates_{kind}"] = _schedule(value, ":", f"--head-gates-target-sparsity {kind}")
     return targets
+
+
+def _schedule(spec: str, separators: str, option: str) -> Tuple[float, ...]:
+    for sep in separators[1:]:
+        spec = spec.replace(sep, separators[0])
+    return tuple(_target_value(v.strip(), option) for v in spec.split(separators[0]))
 
 
 def _target_value(value, option: str) -> float:
     try:
         t = float(value)
     except (TypeError, ValueError):
-        raise ValueError(f"{option}: {value!r} is not a number") from None
+        raise ValueError(f"{option}: {value!r} is not a number (a target in [0, 1), or a schedule '0.2,0.4' "
+                         "or, per attention type, 'enc=0.2:0.4')") from None
     if not 0.0 <= t < 1.0:  # also refuses nan and inf
         raise ValueError(f"{option} must be in [0, 1), got {value}")
     return t

@@ -14,7 +14,10 @@ the multipliers then settle where the g_hat share meets the target. The model mi
 the multipliers maximise it (gradient ascent: their gradient's sign is flipped by a tensor hook), so
 lambda_1 turns negative while the model is not sparse enough (pushing s up) and positive while it is
 too sparse, and lambda_2 grows while s misses the target. The target rises linearly from 0 to its final
-value over ``warmup_updates`` updates (then holds), so the gates close gradually.
+value over ``warmup_updates`` updates (then holds), so the gates close gradually. A schedule of targets
+t_k^1 < t_k^2 < ... (one fine-tuning that gives a whole sparsity/quality curve, Zhang, Titov & Sennrich
+2021 Fig. 4; Voita et al. 2019 Fig. 7) holds each for ``hold_updates`` updates, moving linearly from one
+to the next over the first ``warmup_updates`` of its stage (:func:`scheduled_target`).
 
 Adam moves every parameter by about its learning rate per update, the gates' log alpha as well as the
 multipliers, and a gate needs (3 + 2.4) / lr updates to go from fully open to closed. Multipliers that
@@ -29,7 +32,7 @@ The multipliers are ``nn.Parameter`` s of the criterion: fairseq's trainer gives
 worker) and saves them in checkpoints. Each is marked a sparsity-control parameter, so that
 ``--optimizer adam_sparsity`` puts them in the gates' group (``--sparsity-lr``, no weight decay).
 """
-from typing import Dict, Mapping
+from typing import Dict, Mapping, Sequence, Union
 
 import torch
 from torch import Tensor, nn
@@ -44,6 +47,18 @@ LAMBDA1_SCALE = 0.2
 DEFAULT_TARGET_WARMUP = 200
 
 
+def scheduled_target(stages: Sequence[float], num_updates: int, hold_updates: int = 0,
+                     warmup_updates: int = DEFAULT_TARGET_WARMUP) -> float:
+    """The target after ``num_updates`` updates: stage k = num_updates // hold_updates (the last stage
+    holds on; one stage when hold_updates is 0), reached linearly from the previous stage's target (0
+    before the first) over the stage's first ``warmup_updates`` updates."""
+    k = 0 if hold_updates <= 0 else min(num_updates // hold_updates, len(stages) - 1)
+    previous = stages[k - 1] if k > 0 else 0.0
+    into_stage = num_updates - k * hold_updates if hold_updates > 0 else num_updates
+    ramp = 1.0 if warmup_updates <= 0 else min(1.0, into_stage / warmup_updates)
+    return previous + ramp * (stages[k] - previous)
+
+
 def straight_through(closed: Tensor, expected: Tensor, units: float) -> Tensor:
     """The share of closed units: value closed / units (g_hat), gradient of expected / units."""
     return (closed + expected - expected.detach()) / units
@@ -54,17 +69,27 @@ def _ascent(grad: Tensor) -> Tensor:
 
 
 class LagrangianController(nn.Module):
-    """Multipliers (lambda_1, lambda_2) and a linear target schedule for each controlled key."""
+    """Multipliers (lambda_1, lambda_2) and a target schedule for each controlled key: a target, or a
+    sequence of targets each held for ``hold_updates`` updates (:func:`scheduled_target`)."""
 
-    def __init__(self, targets: Mapping[str, float], warmup_updates: int = DEFAULT_TARGET_WARMUP):
+    def __init__(self, targets: Mapping[str, Union[float, Sequence[float]]],
+                 warmup_updates: int = DEFAULT_TARGET_WARMUP, hold_updates: int = 0):
         super().__init__()
-        for key, t in targets.items():
-            if not 0.0 <= t < 1.0:
-                raise ValueError(f"target sparsity for {key} must be in [0, 1), got {t}")
+        self.targets = {key: (float(t),) if isinstance(t, (int, float)) else tuple(float(x) for x in t)
+                        for key, t in targets.items()}
+        for key, stages in self.targets.items():
+            if not stages or not all(0.0 <= t < 1.0 for t in stages):
+                raise ValueError(f"target sparsity for {key} must be in [0, 1), got {stages}")
         if warmup_updates < 0:
             raise ValueError(f"the target warm-up must be >= 0 updates, got {warmup_updates}")
-        self.targets = dict(targets)
+        if hold_updates < 0:
+            raise ValueError(f"the target hold must be >= 0 updates, got {hold_updates}")
+        scheduled = any(len(stages) > 1 for stages in self.targets.values())
+        if scheduled and hold_updates <= warmup_updates:
+            raise ValueError(f"a schedule of targets holds each for --sparsity-target-hold-updates updates, which "
+                             f"must exceed the {warmup_updates}-update warm-up towards it; got {hold_updates}")
         self.warmup_updates = warmup_updates
+        self.hold_updates = hold_updates if scheduled else 0
         self.multipliers = nn.ParameterDict()
         for key in self.targets:
             p = nn.Parameter(torch.zeros(2))  # lambda_1 / LAMBDA1_SCALE, lambda_2
@@ -73,11 +98,12 @@ class LagrangianController(nn.Module):
             self.multipliers[key] = p
 
     def target(self, key: str, num_updates: int) -> float:
-        """t_k at this update: linear from 0 to the final target over the warm-up, then constant."""
-        final = self.targets[key]
-        if self.warmup_updates <= 0:
-            return final
-        return final * min(1.0, num_updates / self.warmup_updates)
+        """t_k at this update (:func:`scheduled_target`)."""
+        return scheduled_target(self.targets[key], num_updates, self.hold_updates, self.warmup_updates)
+
+    def stages(self) -> int:
+        """Number of targets in the longest schedule (1 without a schedule)."""
+        return max(len(stages) for stages in self.targets.values())
 
     def lambdas(self, key: str) -> Tensor:
         """(lambda_1, lambda_2) of ``key``."""
