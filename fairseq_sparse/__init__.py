@@ -1,7 +1,8 @@
 """fairseq_sparse: a fairseq plugin (``--user-dir fairseq_sparse``) for sparser, faster Transformers.
 
-Importing the package registers its models and criterions with fairseq and lets torch's safe
-checkpoint loader (weights_only=True, the default since torch 2.6) read fairseq checkpoints.
+Importing the package registers its models and criterions with fairseq, lets torch's safe
+checkpoint loader (weights_only=True, the default since torch 2.6) read fairseq checkpoints, and keeps
+the last batch that fairseq drops when its size is not a multiple of --required-batch-size-multiple.
 
 Bibliography (docstrings and ``--help`` texts cite these by authors and year):
 
@@ -21,4 +22,5 @@ Bibliography (docstrings and ``--help`` texts cite these by authors and year):
   The HardConcrete distribution.
 """
 from . import checkpoint_safety  # noqa: F401  (first: fairseq tools may load checkpoints right after)
+from . import last_batch  # noqa: F401
 from . import criterions, models, modules, optim  # noqa: F401

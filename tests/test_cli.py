@@ -108,8 +108,9 @@ def parse_generate(stdout):
 
 
 def sparsity_line(proc):
-    m = SPARSITY_RE.search(proc.stderr)
-    assert m, f"no L0Drop sparsity line in fairseq-generate's stderr:\n{proc.stderr[-2000:]}"
+    lines = [l for l in (proc.stdout + proc.stderr).splitlines() if "L0Drop sparsity rate" in l]
+    assert len(lines) == 1, f"not one L0Drop sparsity line in fairseq-generate's output:\n{lines or proc.stderr[-2000:]}"
+    m = SPARSITY_RE.search(lines[0])
     rate, pruned, tokens, sentences, mode = m.groups()
     return float(rate), int(pruned), int(tokens), int(sentences), mode
 
@@ -233,6 +234,15 @@ def test_generate_l0drop_pruned_equals_unpruned(corpus, l0drop_ckpt):
     assert sparsity_line(unpruned) == (rate, n_pruned, tokens, sentences, "off")
 
 
+def test_generate_ensemble_reports_sparsity_once(corpus, l0drop_ckpt):
+    """Two L0Drop models decode: one end-of-run line (fairseq's log format) counting both models' sources."""
+    single = sparsity_line(generate(corpus["bin"], l0drop_ckpt))
+    proc = generate(corpus["bin"], l0drop_ckpt + os.pathsep + l0drop_ckpt)
+    assert re.search(r"\| INFO \| fairseq_sparse \| L0Drop sparsity rate", proc.stdout + proc.stderr)
+    rate, n_pruned, tokens, sentences, mode = sparsity_line(proc)
+    assert (n_pruned, tokens, sentences) == (2 * single[1], 2 * single[2], 2 * single[3]) and rate == single[0]
+
+
 def test_generate_print_alignment_with_pruned_states(corpus, mixed_l0drop_ckpt):
     pruned, unpruned = generate_pair(corpus["bin"], mixed_l0drop_ckpt, ["--print-alignment"])
     assert BLEU_RE.search(pruned.stdout)
@@ -277,11 +287,21 @@ def test_generate_replace_unk_with_pruned_states(raw_data, mixed_l0drop_ckpt):
 # 2. stock checkpoints and torch's safe loader
 
 
+def test_generate_decodes_every_sentence_without_batch_multiple_flag(corpus, stock_transformer_ckpt):
+    """Without --required-batch-size-multiple 1, stock fairseq-generate decodes 56 of the 60 sentences
+    (batches of 32 + 28, the last not a multiple of 8, dropped); with the plugin, all 60."""
+    cmd = generate_cmd(corpus["bin"], stock_transformer_ckpt)
+    assert cmd[-2:] == GEN_FIX
+    cmd = cmd[:-2]
+    proc = run(cmd, env=ENV)
+    assert len(parse_generate(proc.stdout)["H"]) == N_TEST
+
+
 def test_generate_stock_transformer_with_safe_loader(corpus, stock_transformer_ckpt):
     proc = generate(corpus["bin"], stock_transformer_ckpt)
     assert BLEU_RE.search(proc.stdout)
     assert len(parse_generate(proc.stdout)["H"]) == N_TEST
-    assert "L0Drop sparsity rate" not in proc.stderr  # a stock model has no gates to report
+    assert "L0Drop sparsity rate" not in proc.stdout + proc.stderr  # a stock model has no gates to report
 
 
 LOAD_ALL = """

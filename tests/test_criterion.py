@@ -109,7 +109,9 @@ def test_loss_adds_lambda_penalty_sample_size(l0, sentence_avg):
     expected_size = sample["target"].size(0) if sentence_avg else sample["ntokens"]
     assert sample_size == ce_size == expected_size
     assert 0.0 < penalty < 1.0
-    assert loss.item() == pytest.approx(ce + LAMBDA * penalty * expected_size, rel=1e-5, abs=1e-4)
+    # the penalty is per target token whatever the averaging: under --sentence-avg lambda is not divided by
+    # the mean target length (the loss is divided by sample_size = sentences)
+    assert loss.item() == pytest.approx(ce + LAMBDA * penalty * sample["ntokens"], rel=1e-5, abs=1e-4)
     assert abs(LAMBDA * penalty * expected_size) > 1e-2  # the check above can tell the penalty apart
     assert log["sparsity/l0drop_penalty"].item() == pytest.approx(penalty, abs=1e-5)
     assert log["sparsity/l0drop_lambda"] == LAMBDA

@@ -180,6 +180,21 @@ def test_criterion_loads_checkpoints_without_multipliers():
     assert other.controller.multipliers["head_gates"].tolist() == [0.0, 0.0]
 
 
+def test_lagging_sparsity_reported_once(caplog):
+    """Two warm-ups into training, a sparsity more than 0.1 from its target is reported, once per key;
+    one within 0.1 is not."""
+    c = criterion(l0drop_target_sparsity=0.5, head_gates_target_sparsity="0.5", sparsity_target_warmup_updates=100)
+    shares = {"l0drop": torch.tensor(0.05), "head_gates": torch.tensor(0.45)}
+    with caplog.at_level("WARNING"):
+        c.warn_if_lagging(shares, 199)
+        assert not caplog.records
+        c.warn_if_lagging(shares, 200)
+        c.warn_if_lagging(shares, 300)
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 1 and messages[0].startswith("l0drop: sparsity 0.05 after 200 updates, target 0.50")
+    assert "adam_sparsity" in messages[0]
+
+
 def test_target_for_missing_module_refused():
     model = torch.nn.Sequential(HeadGates(4, HardConcrete(), "enc"))
     with pytest.raises(SparsityConfigError, match="l0drop"):

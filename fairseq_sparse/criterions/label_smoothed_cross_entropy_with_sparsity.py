@@ -2,12 +2,13 @@
 
 The penalties come from the model's :class:`~fairseq_sparse.modules.sparsity.SparsityModule` s
 through :func:`~fairseq_sparse.modules.sparsity.collect_sparsity_terms`; each term names the group of
-the lambda that weights it. Terms are normalised like the papers' per-token mean losses, and fairseq
-divides the returned loss by ``sample_size``, so the term is added as lambda * penalty * sample_size
-(Zhang, Titov & Sennrich 2021 Eq. 12 with the paper's lambda). A term that is a mean per target token
-(the attention regulariser) is weighted by the number of target tokens instead, also under
-``--sentence-avg``, so that its lambda means the same whatever the averaging. Modules report penalties in
-training only: the valid loss is the cross-entropy of every model, comparable across models.
+the lambda that weights it. Each penalty is a value per target token, next to the per-token
+cross-entropy (Zhang, Titov & Sennrich 2021 Eq. 12 with the paper's lambda; Zhang, Zhao, Li & Zong 2019
+Eq. 12's sum over target positions), so it is added as lambda * penalty * (target tokens of the batch),
+as is the controller's Lagrangian: fairseq divides the loss by ``sample_size``, and under
+``--sentence-avg`` (sample_size = sentences) every lambda and target still means what it means per
+token. Modules report penalties in training only: the valid loss is the cross-entropy of every model,
+comparable across models.
 
 ``--attention-reg entropy|linf`` adds Zhang, Zhao, Li & Zong's (2019) attention regulariser on encoder-decoder attention
 (group ``attention_reg``, weighted by ``--attention-reg-lambda``). The criterion attaches an
@@ -53,6 +54,10 @@ STAT_PREFIX = "sparsity/"
 #: fairseq merges the logging outputs of several workers (logging_outputs_can_be_summed), so their mean
 #: stays a mean across workers
 BATCHES_KEY = "sparsity_batches"
+#: a controlled sparsity still this far from its target ...
+LAG_TOLERANCE = 0.1
+#: ... this many target warm-ups into training is reported (once per key)
+LAG_CHECK_AFTER = 2
 
 
 class SparsityConfigError(ValueError, RuntimeError):
@@ -192,6 +197,7 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
                              "(e.g. --l0drop-target-sparsity 0.2,0.4,0.6)")
         self.schedule_checkpoints = (save_interval_updates, max_update)
         self._warned_closed = set()
+        self._checked_lag = set()
         self._checked_model = False
         self.check_model_before_training(task)
 
@@ -283,8 +289,8 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
             net_output = model(**sample["net_input"])
         loss, nll_loss = self.compute_loss(model, net_output, sample, reduce=reduce)
         sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
-        penalty, logging_output = self.compute_sparsity_loss(model, sample["ntokens"] / max(sample_size, 1))
-        loss = loss + penalty * sample_size
+        penalty, logging_output = self.compute_sparsity_loss(model)
+        loss = loss + penalty * sample["ntokens"]  # per target token, whatever the averaging (see above)
         logging_output.update({
             "loss": loss.data,
             "nll_loss": nll_loss.data,
@@ -298,9 +304,9 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
             logging_output["total"] = utils.item(total.data)
         return loss, sample_size, logging_output
 
-    def compute_sparsity_loss(self, model, tokens_per_unit=1.0):
-        """sum over reported terms of lambda_group * penalty (a per-target-token term times
-        ``tokens_per_unit``, target tokens per unit of sample_size), and the terms' statistics for logging."""
+    def compute_sparsity_loss(self, model):
+        """The controller's Lagrangian plus the sum over reported terms of lambda_group * penalty (per target
+        token), and the terms' statistics for logging."""
         penalty = torch.zeros(())
         logging_output = {}
         updates = num_updates(model)
@@ -309,8 +315,7 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
         for term in terms:
             lam = self.current_lambda(term.group, updates)
             if term.penalty is not None:
-                weight = lam * (tokens_per_unit if term.per_target_token else 1.0)
-                penalty = penalty.to(term.penalty) + weight * term.penalty
+                penalty = penalty.to(term.penalty) + lam * term.penalty
                 key = f"{STAT_PREFIX}{term.group}_penalty"  # summed over the group's modules, as in the loss
                 logging_output[key] = logging_output.get(key, 0) + term.penalty.detach()
                 logging_output[f"{STAT_PREFIX}{term.group}_lambda"] = lam
@@ -343,6 +348,7 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
                                key, int(closed), int(units))
         if self.controller is None or not training:
             return 0.0
+        self.warn_if_lagging(shares, updates)
         lagrangian = self.controller.lagrangian(shares, updates)
         for key in lagrangian:
             lam = self.controller.lambdas(key).detach()
@@ -351,6 +357,22 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
             logging_output[f"{STAT_PREFIX}{key}_lambda2"] = lam[1]
             logging_output[BATCHES_KEY] = 1
         return sum(lagrangian.values()) if lagrangian else 0.0
+
+    def warn_if_lagging(self, shares, updates):
+        """Once per key, LAG_CHECK_AFTER warm-ups into training: warn when the g_hat sparsity is still more
+        than LAG_TOLERANCE from the target (typically gates at the model's small learning rate)."""
+        if updates < LAG_CHECK_AFTER * max(self.controller.warmup_updates, 1):
+            return
+        for key, share in shares.items():
+            if key in self._checked_lag or key not in self.controller.targets:
+                continue
+            self._checked_lag.add(key)
+            target = self.controller.target(key, updates)
+            if abs(float(share) - target) > LAG_TOLERANCE:
+                logger.warning("%s: sparsity %.2f after %d updates, target %.2f: the gates move slowly. With "
+                               "--optimizer adam they move at the model's --lr; --optimizer adam_sparsity gives them "
+                               "and the multipliers --sparsity-lr (README, 'Target sparsity').",
+                               key, float(share), updates, target)
 
     def load_state_dict(self, state_dict, strict=True):
         """fairseq restores the criterion's multipliers on resume; a checkpoint without them (the converged

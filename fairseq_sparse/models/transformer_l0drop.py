@@ -7,6 +7,7 @@ hypotheses as the uncompressed gated model.
 import atexit
 import logging
 import sys
+import time
 from dataclasses import dataclass, field, fields
 from typing import Dict, List, Optional
 
@@ -26,6 +27,47 @@ from ..modules.l0drop import DROPPED_AS_CHOICES, L0Drop, compress, decoder_paddi
 from .sparse_transformer import SparseTransformerModel, SublayerTransformerDecoder, register_architectures
 
 logger = logging.getLogger(__name__)
+
+
+class DecodingStats:
+    """Source tokens that fairseq's generators ran through L0Drop encoders in this process, and how many
+    were pruned (g_hat = 0): the sparsity rate of Zhang, Titov & Sennrich (2021) Sec. 6. Reported once,
+    when the process ends, as a line like fairseq's own end-of-run lines. Only counts are kept (no model
+    is held in memory), summed over every model that decoded (a tool that loads several checkpoints)."""
+
+    def __init__(self):
+        self.sentences = self.src_tokens = self.pruned = 0
+        self.modes = set()
+        self.registered = False
+
+    def add(self, gates: Tensor, pad: Tensor, pruned_decoding: bool):
+        if not self.registered:
+            atexit.register(self.report)
+            self.registered = True
+        self.sentences += gates.size(0)
+        self.src_tokens += int((~pad).sum())
+        self.pruned += int(((gates == 0) & ~pad).sum())
+        self.modes.add("on" if pruned_decoding else "off")
+
+    def line(self) -> Optional[str]:
+        if not self.src_tokens:
+            return None
+        return (f"L0Drop sparsity rate {100.0 * self.pruned / self.src_tokens:.2f}% ({self.pruned} of "
+                f"{self.src_tokens} source tokens pruned, {self.sentences} sentences; pruned decoding "
+                f"{'/'.join(sorted(self.modes))})")
+
+    def report(self):
+        line = self.line()
+        if line is None:
+            return
+        handlers = logging.getLogger().handlers
+        if handlers and not any(getattr(getattr(h, "stream", None), "closed", False) for h in handlers):
+            logging.getLogger("fairseq_sparse").info(line)
+        else:  # logging already torn down (e.g. fairseq-generate --results-path closed its file)
+            print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} | INFO | fairseq_sparse | {line}", file=sys.stderr)
+
+
+DECODING_STATS = DecodingStats()
 
 #: how the L0 penalties of the gated layers combine under --l0drop-between-layers
 LAYER_PENALTY_CHOICES = ("mean", "sum")
@@ -101,7 +143,6 @@ class L0DropTransformerEncoder(TransformerEncoder):
             self.layers[n - 1].register_forward_pre_hook(self._hide_dropped_states, with_kwargs=True)
         self._alive: Optional[Tensor] = None  # states not dropped so far, during one forward pass
         self._pad: Optional[Tensor] = None
-        self.decoding_stats = {"sentences": 0, "src_tokens": 0, "pruned": 0}
 
     # --- L0Drop between layers: forward hooks on fairseq's own encoder layers ---
     def _hide_dropped_states(self, layer, args, kwargs):
@@ -150,24 +191,8 @@ class L0DropTransformerEncoder(TransformerEncoder):
     def forward_torchscript(self, net_input: Dict[str, Tensor]):
         """The entry point of fairseq's generators: also counts the sparsity of decoded sources."""
         out = super().forward_torchscript(net_input)
-        gates, pad = out["l0drop_gates"][0], net_input["src_tokens"].eq(self.padding_idx)
-        stats = self.decoding_stats
-        if stats["sentences"] == 0:
-            atexit.register(self._report_decoding_stats)
-        stats["sentences"] += gates.size(0)
-        stats["src_tokens"] += int((~pad).sum())
-        stats["pruned"] += int(((gates == 0) & ~pad).sum())
+        DECODING_STATS.add(out["l0drop_gates"][0], net_input["src_tokens"].eq(self.padding_idx), self.pruned_decoding)
         return out
-
-    def _report_decoding_stats(self):
-        s = self.decoding_stats
-        if s["src_tokens"]:
-            print(
-                f"fairseq_sparse | L0Drop sparsity rate {100.0 * s['pruned'] / s['src_tokens']:.2f}% "
-                f"({s['pruned']} of {s['src_tokens']} source tokens pruned, {s['sentences']} sentences; "
-                f"pruned decoding {'on' if self.pruned_decoding else 'off'})",
-                file=sys.stderr,
-            )
 
     def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order):
         """Nothing is copied: fairseq's generator calls this at every step, but our decoder reads the

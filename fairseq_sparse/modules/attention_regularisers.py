@@ -16,8 +16,7 @@ normalisers such as sparsemax).
 
 Normalisation. Eq. 12 adds lambda R per target position, next to that position's log-likelihood. The
 penalty is therefore the mean over real target tokens (and over the regularised heads and layers) of
--R. The term is marked ``per_target_token``, so the criterion adds lambda * penalty * (number of real
-target tokens) = lambda * sum_i -R(alpha_i), Eq. 12's sum over target positions, whatever the averaging:
+-R. The criterion adds every penalty as lambda * penalty * (number of real target tokens) = lambda * sum_i -R(alpha_i), Eq. 12's sum over target positions, whatever the averaging:
 the paper's lambda (0.01) keeps its meaning next to the per-token cross-entropy, and ``--sentence-avg``
 does not divide it by the mean target length. Padding is excluded on both sides:
 
@@ -330,7 +329,7 @@ class AttentionRegulariser(SparsityModule):
         self.record(SparsityTerm(self.penalty_group, penalty, {
             "attn_entropy": (float(sums["entropy"]), tokens),
             "attn_max": (float(sums["max"]), tokens),
-        }, per_target_token=True))
+        }))
 
 
 def find_attention_regularisers(model: nn.Module) -> List[AttentionRegulariser]:

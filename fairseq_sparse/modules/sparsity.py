@@ -27,16 +27,12 @@ class SparsityTerm:
         reporting the same key); the criterion logs ``<key>_expected_sparsity``, steers a key to
         ``--*-target-sparsity`` and warns when a key's units are (nearly) all closed. (The g_hat share
         is a statistic the module reports itself, as ``<key>_sparsity``.)
-    per_target_token: ``penalty`` is a mean per real target token (the attention regulariser): the
-        criterion weights it by the number of target tokens instead of sample_size, so that its lambda
-        means the same with ``--sentence-avg``.
     """
 
     group: str
     penalty: Optional[torch.Tensor]
     stats: Dict[str, Tuple[float, float]] = field(default_factory=dict)
     sparsity: Dict[str, "SparsityCount"] = field(default_factory=dict)
-    per_target_token: bool = False
 
 
 @dataclass
