@@ -19,6 +19,7 @@ setup(
             "fairseq-sparse-head-importance = fairseq_sparse.cli.head_importance:cli_main",
             "fairseq-sparse-attention-analysis = fairseq_sparse.cli.attention_analysis:cli_main",
             "fairseq-sparse-probe = fairseq_sparse.cli.probe:cli_main",
+            "fairseq-sparse-sparsity-curve = fairseq_sparse.cli.sparsity_curve:cli_main",
             # the names of earlier releases, still working
             "fairseq-sparse-gates = fairseq_sparse.cli.l0drop_gates:cli_main",
             "fairseq-sparse-corpus = fairseq_sparse.synthetic_corpus:main",

@@ -32,6 +32,7 @@ REPO = os.path.dirname(HERE)
 USER_DIR = os.path.join(REPO, "fairseq_sparse")
 BIN = os.path.dirname(sys.executable)
 SPLITS = ("train", "valid", "test")
+STEPS = ("prepare", "baseline", "control", "l0drop", "control_frozen", "heads_enc", "heads_all", "curve", "report")
 
 
 def fail(message):
@@ -47,8 +48,9 @@ def parse_args(argv=None):
     p.add_argument("--source-lang", "-s", required=True, help="source suffix (and Moses language code)")
     p.add_argument("--target-lang", "-t", required=True, help="target suffix (and Moses language code)")
     p.add_argument("--work-dir", required=True, help="every output goes here; a re-run skips finished steps")
-    p.add_argument("--steps", default="prepare,baseline,control,l0drop,control_frozen,heads_enc,heads_all,curve,report",
-                   help="comma-separated steps to run, in this order")
+    p.add_argument("--steps", default=",".join(STEPS),
+                   help="comma-separated steps to run, in this order (steps after the baseline may run in parallel "
+                        "processes, e.g. --steps control,l0drop,curve next to --steps control_frozen,heads_enc,heads_all)")
     g = p.add_argument_group("data")
     g.add_argument("--bpe-merges", type=int, default=8000, help="joint BPE merge operations")
     g.add_argument("--max-len", type=int, default=128, help="drop training pairs longer than this (BPE tokens)")
@@ -83,8 +85,7 @@ class Recipe:
         self.work = os.path.abspath(args.work_dir)
         self.data = os.path.abspath(args.data_bin) if args.data_bin else os.path.join(self.work, "data-bin")
         os.makedirs(self.work, exist_ok=True)
-        self.commands_file = os.path.join(self.work, "commands.json")
-        self.commands = self._load_json(self.commands_file, {})
+        self.commands_dir = os.path.join(self.work, "commands")  # one file per step: steps may run in parallel
 
     @staticmethod
     def _load_json(path, default):
@@ -99,13 +100,24 @@ class Recipe:
             json.dump(obj, f, indent=1)
         os.replace(tmp, path)
 
+    def record(self, step, line):
+        """Append LINE to the commands of STEP (once), for the report."""
+        os.makedirs(self.commands_dir, exist_ok=True)
+        if line not in self.commands(step):
+            with open(os.path.join(self.commands_dir, f"{step}.sh"), "a") as f:
+                f.write(line + "\n")
+
+    def commands(self, step):
+        path = os.path.join(self.commands_dir, f"{step}.sh")
+        if not os.path.exists(path):
+            return []
+        with open(path) as f:
+            return f.read().splitlines()
+
     def sh(self, step, cmd, log):
         """Run one console command, logging to WORK/logs/LOG; record it under STEP for the report."""
         line = " ".join(shlex.quote(c) for c in cmd).replace(self.work + "/", "").replace(REPO + "/", "")
-        self.commands.setdefault(step, [])
-        if line not in self.commands[step]:
-            self.commands[step].append(line)
-            self._save_json(self.commands_file, self.commands)
+        self.record(step, line)
         os.makedirs(os.path.join(self.work, "logs"), exist_ok=True)
         log_path = os.path.join(self.work, "logs", log)
         print(f"  $ {line[:300]}{' ...' if len(line) > 300 else ''}\n    (log: {log_path})", flush=True)
@@ -203,10 +215,7 @@ class Recipe:
                     for line in f:
                         g.write(tok.tokenize(line.strip(), escape=False, return_str=True) + "\n")
                 os.replace(out + ".tmp", out)
-            self.commands.setdefault("prepare", [])
-            line = f"sacremoses -l {lang} -j 2 tokenize -x < CORPUS/SPLIT.{lang} > tok/SPLIT.{lang}"
-            if line not in self.commands["prepare"]:
-                self.commands["prepare"].append(line)
+            self.record("prepare", f"sacremoses -l {lang} -j 2 tokenize -x < CORPUS/SPLIT.{lang} > tok/SPLIT.{lang}")
         both = os.path.join(tok_dir, "train.both")
         if not os.path.exists(both):
             with open(both + ".tmp", "w", encoding="utf-8") as g:
@@ -264,7 +273,7 @@ class Recipe:
 
     # ---- 3. fine-tunings, each next to an equal-updates control --------------------------------
 
-    def finetune(self, name, arch, extra, updates=None, save_every=0):
+    def finetune(self, name, arch, extra, updates=None, save_every=0, epoch_checkpoints=False):
         """fairseq-train from the baseline for --finetune-updates updates (the same optimiser, criterion,
         learning rate and batches for every method and its control); returns the save dir."""
         a = self.args
@@ -282,6 +291,7 @@ class Recipe:
             "--save-interval-updates", str(save_every), "--keep-interval-updates", "-1"] + [
             x for x in self.common_train_args() if not x.startswith("--eval-bleu") and x not in (
                 json.dumps({"beam": 1}), "moses", "bleu", "--maximize-best-checkpoint-metric", "--best-checkpoint-metric")
+            and not (epoch_checkpoints and x == "--no-epoch-checkpoints")
         ] + list(extra)
         if os.path.isdir(out) and not os.path.exists(os.path.join(out, "checkpoint_last.pt")):
             pass  # an interrupted run without a checkpoint: start again
@@ -296,7 +306,7 @@ class Recipe:
         fine-tuned the same way without gates (checkpoints every --curve-updates for the curve's points)."""
         self.finetune("control", "transformer_head_gates", ["--head-gates", ""],
                       updates=max(self.args.finetune_updates, self.curve_updates()),
-                      save_every=self.args.curve_updates)
+                      save_every=self.args.curve_updates, epoch_checkpoints=True)
 
     def l0drop(self):
         """L0Drop (Zhang, Titov & Sennrich 2021) asked for a share of pruned source states."""
@@ -331,7 +341,7 @@ class Recipe:
         self.finetune("curve", "transformer_l0drop", [
             "--l0drop-target-sparsity", a.curve_targets, "--sparsity-target-hold-updates", str(hold),
             "--sparsity-target-warmup-updates", str(min(200, hold // 2))],
-            updates=self.curve_updates(), save_every=hold)
+            updates=self.curve_updates(), save_every=hold, epoch_checkpoints=True)  # a target may end an epoch
 
 
     # ---- 4. evaluation and report ----------------------------------------------------------------
@@ -415,11 +425,14 @@ class Recipe:
         with open(prefix + ".tsv") as f:
             header, *lines = [l.rstrip("\n").split("\t") for l in f]
         points = [dict(zip(header, l)) for l in lines]
-        for p in points:
+        from fairseq_sparse.analysis.sparsity_curve import read_state, saved_checkpoints, state_updates
+
+        control = {state_updates(read_state(c)): c for c in saved_checkpoints(os.path.join(self.work, "control"))}
+        for p in points:  # BLEU as for every other row of the report (the tool's is tokenised BLEU)
             u = int(float(p["updates"]))
-            epoch_ckpts = [c for c in os.listdir(os.path.join(self.work, "control")) if c.endswith(f"_{u}.pt")]
-            if epoch_ckpts:
-                p["control_bleu"] = self.generate(f"control@{u}", os.path.join(self.work, "control", epoch_ckpts[0]))["bleu"]
+            p["bleu"] = self.generate(f"curve@{u}", os.path.join(self.work, p["checkpoint"]))["bleu"]
+            if u in control:
+                p["control_bleu"] = self.generate(f"control@{u}", control[u])["bleu"]
         return points
 
     def write_report(self, rows, heads, curve):
@@ -454,13 +467,14 @@ class Recipe:
                       "pruned function | pruned content |", "|---|---|---|---|---|---|---|---|"]
             for p in curve:
                 lines.append("| " + " | ".join(str(p.get(k, "")) for k in (
-                    "updates", "l0drop_target", "l0drop_sparsity", "bleu", "control_bleu", "pruned_punct",
+                    "updates", "target_l0drop", "l0drop_sparsity", "bleu", "control_bleu", "pruned_punct",
                     "pruned_function", "pruned_content")) + " |")
             lines += ["", "![BLEU against sparsity](curve/curve.png)",
                       "![pruned share by token type](curve/curve_token_types.png)"]
         lines += ["", "## Commands", ""]
-        for step, cmds in self.commands.items():
-            lines += [f"### {step}", "", "```bash"] + cmds + ["```", ""]
+        for step in STEPS:
+            if self.commands(step):
+                lines += [f"### {step}", "", "```bash"] + self.commands(step) + ["```", ""]
         path = os.path.join(self.work, "REPORT.md")
         with open(path + ".tmp", "w") as f:
             f.write("\n".join(lines) + "\n")

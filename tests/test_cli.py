@@ -446,7 +446,11 @@ def test_two_process_training(corpus, tmp_path):
     save = str(tmp_path / "ckpt")
     procs, logs = [], []
     for rank in range(2):
+        # L0Drop with a fixed lambda; encoder head gates with a target (the controller's multipliers are
+        # criterion parameters: fairseq all-reduces their gradients, and its per-update check that every
+        # worker has the same gradient norm would stop the run if they differed)
         cmd = train_cmd(corpus["bin"], save, L0DROP + [
+            "--head-gates", "enc", "--head-gates-target-sparsity", "0.5", "--optimizer", "adam_sparsity",
             "--l0drop-lambda", "0.3", "--distributed-world-size", "2", "--distributed-backend", "gloo",
             "--ddp-backend", "legacy_ddp", "--distributed-rank", str(rank), "--distributed-no-spawn",
             "--distributed-init-method", f"tcp://127.0.0.1:{port}"], max_update=30)
@@ -483,8 +487,10 @@ def test_two_process_training(corpus, tmp_path):
     for r in valid:  # penalties count in training only: valid_loss is the CE; statistics are still logged
         assert "valid_l0drop_penalty" not in r and "valid_l0drop_lambda" not in r, r
         assert 0.5 < float(r["valid_l0drop_expected_l0"]) <= 1, r
+    assert all("head_gates_lambda1" in r and float(r["head_gates_target"]) > 0 for r in records), records[-1]
     state = safe_load(os.path.join(save, "checkpoint_last.pt"))
     assert state["optimizer_history"][-1]["num_updates"] == 30
+    assert state["criterion"]["controller.multipliers.head_gates"].abs().sum() > 0  # they moved
 
 
 # ----------------------------------------------------------------------------------------------

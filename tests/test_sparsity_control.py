@@ -154,6 +154,7 @@ def test_schedule_checkpoint_options_checked_before_training():
             c.check_schedule_checkpoints(*c.schedule_checkpoints)
     c = criterion(save_interval_updates=300, max_update=0, **kw)
     c.check_schedule_checkpoints(*c.schedule_checkpoints)
+    assert c.schedule_checkpoints == (300, 0, False)
     with pytest.raises(ValueError, match="no target sparsity is a schedule"):
         criterion(l0drop_target_sparsity="0.3", sparsity_target_hold_updates=300)
 

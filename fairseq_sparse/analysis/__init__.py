@@ -10,5 +10,8 @@ load, call these functions, write and print. One module per subject:
   (Voita et al. 2019, Sec. 4-5)
 - ``head_importance``: head masks, importance scores, ablation and pruning curves (Michel et al. 2019)
 - ``probing``: the universal probing decoder and its training loop (Yang et al. 2020)
+- ``sparsity_curve``: the checkpoints of a target-sparsity schedule: targets, measured sparsities, the
+  BLEU/sparsity curve (Zhang et al. 2021, Fig. 4; Voita et al. 2019, Fig. 7)
+- ``token_types``: punctuation / function / content words of source pieces (Zhang et al. 2021, Fig. 5)
 - ``plotting``: every figure; the one place that chooses matplotlib's backend
 """

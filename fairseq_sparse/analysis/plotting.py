@@ -142,6 +142,48 @@ def line_plot(series, path: str, title: str, xlabel: str, ylabel: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------------
+# sparsity/quality curves of a target schedule (fairseq-sparse-sparsity-curve): BLEU against the L0Drop
+# sparsity rate (Zhang, Titov & Sennrich 2021, Fig. 4) or the share of heads closed (Voita et al. 2019, Fig. 7)
+
+
+def plot_sparsity_curve(points, path: str, title: str, xlabel: str, baseline=None) -> str:
+    """BLEU against sparsity: one marked point per (x, bleu, label) of ``points`` (joined in order, each
+    labelled, e.g. with its target), and ``baseline`` (x or None, bleu, label) as a dashed horizontal line
+    with a marked point (at x, or at sparsity 0 when None)."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    if points:
+        xs, ys = [100 * p[0] for p in points], [p[1] for p in points]
+        ax.plot(xs, ys, marker="o", label="schedule checkpoints")
+        for x, y, (_, _, label) in zip(xs, ys, points):
+            if label:
+                ax.annotate(f"target {label}", (x, y), textcoords="offset points", xytext=(4, 6), fontsize=7)
+    if baseline is not None:
+        bx, by, blabel = baseline
+        ax.axhline(by, color="0.4", linestyle="--", linewidth=1, label=f"{blabel} ({by:.2f})")
+        ax.plot([100 * (bx or 0.0)], [by], marker="s", color="0.4", linestyle="none")
+    top = max([p[1] for p in points] + ([baseline[1]] if baseline is not None else []) + [1.0])
+    ax.set_ylim(-0.03 * top, 1.1 * top)  # BLEU from 0: no offset axis when every score is (nearly) equal
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("BLEU")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_pruned_by_type(series, path: str, title: str) -> str:
+    """Share of each token type's source pieces pruned against the L0Drop sparsity rate (the direction of
+    Zhang, Titov & Sennrich 2021, Fig. 5: punctuation and function words go first); ``series``: (type,
+    sparsities, shares), a share None for a type without pieces."""
+    series = [(label, [100 * x for x in xs], [None if y is None else 100 * y for y in ys]) for label, xs, ys in series]
+    return line_plot(series, path, title, "L0Drop sparsity rate (% of source tokens pruned)",
+                     "% of the type's source tokens pruned")
+
+
+# ------------------------------------------------------------------------------------------------
 # encoder-decoder attention: fairseq-sparse-attention (alignment per layer: Yang et al. 2020, Fig. 4;
 # L0Drop kept vs pruned: Zhang, Titov & Sennrich 2021, Figs. 1/7/8)
 

@@ -114,6 +114,7 @@ class LabelSmoothedCrossEntropyWithSparsityConfig(LabelSmoothedCrossEntropyCrite
                           "gives a whole sparsity/quality curve (fairseq-sparse-sparsity-curve)"},
     )
     save_interval_updates: int = II("checkpoint.save_interval_updates")
+    no_epoch_checkpoints: bool = II("checkpoint.no_epoch_checkpoints")
     max_update: int = II("optimization.max_update")
     attention_reg: ChoiceEnum(REG_KINDS) = field(
         default="none",
@@ -159,6 +160,7 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
         sparsity_target_warmup_updates=DEFAULT_TARGET_WARMUP,
         sparsity_target_hold_updates=0,
         save_interval_updates=0,
+        no_epoch_checkpoints=False,
         max_update=0,
     ):
         super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy)
@@ -195,7 +197,7 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
         if sparsity_target_hold_updates and not (self.controller and self.controller.stages() > 1):
             raise ValueError("--sparsity-target-hold-updates is set but no target sparsity is a schedule "
                              "(e.g. --l0drop-target-sparsity 0.2,0.4,0.6)")
-        self.schedule_checkpoints = (save_interval_updates, max_update)
+        self.schedule_checkpoints = (save_interval_updates, max_update, no_epoch_checkpoints)
         self._warned_closed = set()
         self._checked_lag = set()
         self._checked_model = False
@@ -251,9 +253,10 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
         self.attach_attention_regulariser(model)
         self._checked_model = True
 
-    def check_schedule_checkpoints(self, save_interval_updates, max_update):
+    def check_schedule_checkpoints(self, save_interval_updates, max_update, no_epoch_checkpoints=False):
         """A schedule saves one checkpoint per target: fairseq's --save-interval-updates must be the hold, and
-        --max-update must leave room for every target."""
+        --max-update must leave room for every target. fairseq names a save at an epoch's last update
+        checkpoint<epoch>.pt, which --no-epoch-checkpoints suppresses: a target ending there would be lost."""
         hold, stages = self.controller.hold_updates, self.controller.stages()
         if save_interval_updates != hold:
             raise SparsityConfigError(
@@ -262,6 +265,9 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
         if max_update and max_update < hold * stages:
             raise SparsityConfigError(f"a schedule of {stages} targets x {hold} updates needs --max-update "
                                       f"{hold * stages}, got {max_update}")
+        if no_epoch_checkpoints:
+            logger.warning("--no-epoch-checkpoints with a schedule of targets: a target that ends on an epoch's "
+                           "last update is saved as checkpoint<epoch>.pt, which this option suppresses")
 
     def attach_attention_regulariser(self, model):
         kind = self.attention_reg["kind"]
