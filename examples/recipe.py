@@ -446,7 +446,7 @@ class Recipe:
                  "| model | what | BLEU | vs its control | sparsity |", "|---|---|---|---|---|"]
         control_of = {"l0drop": "control", "heads_all": "control", "heads_enc": "control_frozen",
                       "control": "baseline", "control_frozen": "baseline"}
-        what = {"baseline": "converged stock transformer", "control": "baseline + fine-tuning, no gates",
+        what = {"baseline": "stock transformer baseline", "control": "baseline + fine-tuning, no gates",
                 "l0drop": f"L0Drop, target {a.l0drop_target}", "control_frozen": "as control, decoder frozen",
                 "heads_enc": f"encoder head gates, decoder frozen, target {a.heads_target}",
                 "heads_all": f"head gates in all three types, target {a.heads_target}"}
