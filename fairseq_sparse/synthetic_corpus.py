@@ -18,20 +18,20 @@ N_FUNCTION = 12
 SWAP = "swap"
 
 
-def make_pair(rng: random.Random, n_content: int, function_rate: float = 0.5):
-    """One (source, target) pair with ``n_content`` content words."""
+def make_pair(rng: random.Random, n_content: int, function_rate: float = 0.5, vocabulary: int = N_CONTENT):
+    """One (source, target) pair with ``n_content`` content words drawn from ``vocabulary`` of them."""
     src, tgt = [], []
     i = 0
     while i < n_content:
         while rng.random() < function_rate:
             src.append(f"the{rng.randrange(N_FUNCTION)}")
         if i + 1 < n_content and rng.random() < 0.15:
-            a, b = rng.randrange(N_CONTENT), rng.randrange(N_CONTENT)
+            a, b = rng.randrange(vocabulary), rng.randrange(vocabulary)
             src += [SWAP, f"w{a}", f"w{b}"]
             tgt += [f"T{b}", f"T{a}"]
             i += 2
         else:
-            a = rng.randrange(N_CONTENT)
+            a = rng.randrange(vocabulary)
             src.append(f"w{a}")
             tgt.append(f"T{a}")
             i += 1
@@ -72,13 +72,15 @@ def pharaoh(sure, possible):
     return " ".join([f"{a}-{b}" for a, b in sure] + [f"{a}?{b}" for a, b in possible])
 
 
-def make_corpus(out_dir, train=20000, valid=300, test=300, min_len=4, max_len=20, long_test=0, seed=1):
+def make_corpus(out_dir, train=20000, valid=300, test=300, min_len=4, max_len=20, long_test=0, seed=1,
+                vocabulary=N_CONTENT):
     """Writes {train,valid,test}.{src,tgt} (and test-long.* with ~``long_test`` source tokens), and the gold
-    word alignments of valid and test as {valid,test}.align (Pharaoh format, for fairseq-sparse-attention)."""
+    word alignments of valid and test as {valid,test}.align (Pharaoh format, for fairseq-sparse-attention);
+    ``vocabulary``: the number of content words (fewer are learnt in fewer updates)."""
     os.makedirs(out_dir, exist_ok=True)
     rng = random.Random(seed)
     for split, n in (("train", train), ("valid", valid), ("test", test)):
-        pairs = [make_pair(rng, rng.randint(min_len, max_len)) for _ in range(n)]
+        pairs = [make_pair(rng, rng.randint(min_len, max_len), vocabulary=vocabulary) for _ in range(n)]
         write_split(os.path.join(out_dir, split), pairs)
         if split != "train":
             with open(os.path.join(out_dir, split + ".align"), "w") as f:
@@ -87,7 +89,7 @@ def make_corpus(out_dir, train=20000, valid=300, test=300, min_len=4, max_len=20
     if long_test:
         # about 1.6 source tokens per content word at function_rate 0.5 (+ swap markers)
         write_split(os.path.join(out_dir, "test-long"),
-                    [make_pair(rng, int(long_test / 1.75)) for _ in range(test)])
+                    [make_pair(rng, int(long_test / 1.75), vocabulary=vocabulary) for _ in range(test)])
     return out_dir
 
 
@@ -100,9 +102,10 @@ def main():
     p.add_argument("--min-len", type=int, default=4, help="fewest content words per sentence")
     p.add_argument("--max-len", type=int, default=20, help="most content words per sentence")
     p.add_argument("--long-test", type=int, default=0, help="also write test-long.* with about this many source tokens")
+    p.add_argument("--vocabulary", type=int, default=N_CONTENT, help="number of content words")
     p.add_argument("--seed", type=int, default=1)
     a = p.parse_args()
-    make_corpus(a.out_dir, a.train, a.valid, a.test, a.min_len, a.max_len, a.long_test, a.seed)
+    make_corpus(a.out_dir, a.train, a.valid, a.test, a.min_len, a.max_len, a.long_test, a.seed, a.vocabulary)
 
 
 if __name__ == "__main__":

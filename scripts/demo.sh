@@ -1,12 +1,9 @@
 #!/usr/bin/env bash
-# The demo command: create or reuse .venv, then train, prune and decode offline:
-# examples/l0drop_demo.py (L0Drop), examples/head_pruning_demo.py (head importance, gates, physical pruning)
-# and examples/simplified_decoder_demo.py (simplified decoder, probing, per-layer AER), all in demo_out/ (demo_out_quick/ with --quick), sharing the corpus and the converged transformer.
+# The demo command: create or reuse .venv, then run examples/demo.py: a synthetic corpus, a stock transformer
+# and the simplified decoder, L0Drop, head gates, an attention regulariser and head importance pruning, each
+# against an equal-updates control, the speed benchmarks, and one report (demo_out/REPORT.md).
+# scripts/demo.sh --full: larger runs (demo_out_full/). A re-run resumes where it stopped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup_env.sh
-work=demo_out
-for arg in "$@"; do [ "$arg" = "--quick" ] && work=demo_out_quick; done
-.venv/bin/python examples/l0drop_demo.py --work-dir "$work" "$@"
-.venv/bin/python examples/head_pruning_demo.py --work-dir "$work" "$@"
-.venv/bin/python examples/simplified_decoder_demo.py --work-dir "$work" "$@"
+exec .venv/bin/python examples/demo.py "$@"

@@ -15,6 +15,7 @@ import torch
 import fairseq_sparse  # noqa: F401  (registers the plugin and fairseq's checkpoint classes)
 from conftest import console, run
 from fairseq_sparse.analysis import alignment as al
+from fairseq_sparse.analysis import attention as att
 from fairseq_sparse.cli import attention_analysis as aa
 from fairseq_sparse.cli import common
 from fairseq_sparse.modules.attention_capture import HeadAttentionRecorder
@@ -355,12 +356,31 @@ def test_bad_gold_fails_before_any_output(stock_transformer_ckpt, corpus, tmp_pa
     assert not out.exists()
 
 
+def test_example_maps_keep_the_first_sentences_with_their_pruned_tokens():
+    """--example-maps N: sentences 0..N-1 keep their head- and layer-averaged map and which sources are pruned."""
+    rng = np.random.default_rng(0)
+    stats = att.AttentionStats([2, 2], with_gold=False, l0drop=True, examples=1)
+    src, tgt = ["a", "b", "c", "</s>"], ["x", "y", "</s>"]
+    for sid in (0, 1):
+        layers = [rng.dirichlet(np.ones(4), size=(2, 3)) for _ in range(2)]  # [H, T, S] per layer
+        gates = np.array([0.0, 0.7, 0.0, 1.0])
+        att.analyse_sentence(stats, sid, layers, src, tgt, np.array([0, 0, 0, 1], bool), np.array([0, 0, 1], bool),
+                             None, [0, 1], gates=gates, enc_attn=rng.dirichlet(np.ones(4), size=(2, 4)))
+        if sid == 0:
+            expected = (layers[0].mean(0) + layers[1].mean(0)) / 2
+    assert list(stats.examples) == [0]
+    ex = stats.examples[0]
+    np.testing.assert_allclose(ex["attention"], expected)
+    assert ex["pruned"].tolist() == [True, False, True, False] and ex["source"] == src and ex["target"] == tgt
+
+
 def test_console_tool_on_l0drop(l0drop_ckpt, stock_transformer_ckpt, corpus, tmp_path):
     gold, src, tgt = write_gold(corpus, tmp_path)
     out = tmp_path / "out"
     proc = run([console("fairseq-sparse-attention"), corpus["bin"], "--path", l0drop_ckpt, "--output-dir", str(out),
-                "--gold", gold, "--no-progress-bar"], env=ENV)
-    for name in ("l0drop_attention.png", "l0drop_entropy.png", "l0drop_tokens.tsv", "layers.tsv"):
+                "--gold", gold, "--no-progress-bar", "--example-maps", "2"], env=ENV)
+    for name in ("l0drop_attention.png", "l0drop_entropy.png", "l0drop_tokens.tsv", "layers.tsv", "example_0.png",
+                 "example_1.png"):
         assert (out / name).is_file() and (out / name).stat().st_size > 0, name
     result = json.loads((out / "attention.json").read_text())
     d = result["l0drop"]

@@ -27,38 +27,79 @@ def raw_corpus(tmp_path_factory):
     for split in ("train", "valid", "test"):
         shutil.copy(os.path.join(syn, f"{split}.src"), raw / f"{split}.en")
         shutil.copy(os.path.join(syn, f"{split}.tgt"), raw / f"{split}.de")
+    shutil.copy(os.path.join(syn, "test.align"), raw / "test.align")
     return raw
 
 
-def recipe(corpus, work, extra=(), check=True):
-    return run(RECIPE + ["--corpus", str(corpus), "-s", "en", "-t", "de", "--work-dir", str(work)] + TINY + list(extra),
-               check=check)
+def recipe(corpus, work, extra=(), check=True, langs=("en", "de")):
+    return run(RECIPE + ["--corpus", str(corpus), "-s", langs[0], "-t", langs[1], "--work-dir", str(work)] + TINY
+               + list(extra), check=check)
 
 
 def test_recipe_end_to_end_and_resume(raw_corpus, tmp_path):
     work = tmp_path / "work"
-    proc = recipe(raw_corpus, work)
+    # every step but the variants of a code path another step runs (heads_enc: heads_all with other options;
+    # pattern_freq, pattern_inv_freq: pattern_group with another rule, tested in test_encoder_patterns.py)
+    steps = ["--steps", "prepare,baseline,simplified,control,l0drop,pattern_group,control_frozen,heads_all,"
+             "attention_reg,importance,curve,report"]
+    proc = recipe(raw_corpus, work, ["--gold-alignments", str(raw_corpus / "test.align")] + steps)
     report = (work / "REPORT.md").read_text()
     results = json.loads((work / "results.json").read_text())
     models = results["models"]
-    for name in ("baseline", "control", "l0drop", "control_frozen", "heads_enc", "heads_all"):
+    for name in ("baseline", "simplified", "control", "l0drop", "pattern_group", "control_frozen", "heads_all",
+                 "attention_reg", "importance"):
         assert f"| {name} |" in report, report
         assert models[name]["sentences"] == 25  # every test sentence decoded
         assert 0.0 <= models[name]["bleu"] <= 100.0
     assert 0.0 <= models["l0drop"]["l0drop_sparsity"] <= 1.0
-    assert results["heads"]["heads_enc"]["total"][1] == 6  # 1 layer x 2 heads x 3 attention types
+    # the group rule at the L0Drop target (0.5) keeps every 2nd position (and EOS)
+    assert 0.3 < models["pattern_group"]["l0drop_sparsity"] < 0.5
+    assert results["heads"]["heads_all"]["total"][1] == 6  # 1 layer x 2 heads x 3 attention types
+    # importance: half of the 2 encoder heads cut out of the baseline, so fewer parameters
+    assert results["heads"]["importance"]["total"] == [5, 6]
+    assert models["importance"]["parameters"] < models["baseline"]["parameters"]
+    assert models["simplified"]["parameters"] < models["baseline"]["parameters"]  # no decoder FFN
+    # pruned decoding is exact: the same hypotheses as the full memory
+    assert results["l0drop_exact"]["identical"] and results["l0drop_exact"]["sentences"] == 25
+    types = results["attention"]["l0drop"]["token_types"]
+    assert sum(v["tokens"] for v in types.values()) == sum(
+        len(l.split()) for l in (work / "tok" / "test.bpe.en").read_text().splitlines())
+    for name in ("control", "attention_reg"):
+        assert 0 <= results["attention"][name]["aer"] <= 1 and results["attention"][name]["entropy"] >= 0
+    for png in ("importance/curve/curve.png", "importance/scores/importance_enc.png", "l0drop/attention/example_0.png"):
+        assert (work / png).is_file() and f"]({png})" in report, png
     # one curve point per target, each with the control's BLEU at the same number of updates
     assert [float(p["target_l0drop"]) for p in results["curve"]] == [0.3, 0.6]
-    assert all("control_bleu" in p for p in results["curve"])
+    assert all("control_score" in p for p in results["curve"])
     assert os.path.exists(work / "curve" / "curve.png")
     # the commands a user would run are in the report
     assert "fairseq-train" in report and "fairseq-generate" in report and "--l0drop-target-sparsity 0.5" in report
     # a re-run skips every finished step and keeps the results
     before = {p: os.path.getmtime(p) for p in (work / "baseline" / "checkpoint_last.pt", work / "results.json")}
-    again = recipe(raw_corpus, work)
+    again = recipe(raw_corpus, work, ["--gold-alignments", str(raw_corpus / "test.align")] + steps)
     assert "baseline: done already" in again.stdout and "l0drop: done already" in again.stdout
     assert os.path.getmtime(work / "baseline" / "checkpoint_last.pt") == before[work / "baseline" / "checkpoint_last.pt"]
     assert json.loads((work / "results.json").read_text())["models"] == models
+
+
+def test_recipe_on_a_tokenised_corpus_without_bpe(raw_corpus, tmp_path):
+    """--tokenizer none --bpe-merges 0: the corpus files are binarised as they are (any suffix, no Moses rules
+    needed), and BLEU is computed on the tokens."""
+    syn = tmp_path / "syn"
+    syn.mkdir()
+    for split in ("train", "valid", "test"):
+        shutil.copy(raw_corpus / f"{split}.en", syn / f"{split}.src")
+        shutil.copy(raw_corpus / f"{split}.de", syn / f"{split}.tgt")
+    work = tmp_path / "work"
+    recipe(syn, work, ["--tokenizer", "none", "--bpe-merges", "0", "--steps", "prepare,baseline,report"],
+           langs=("src", "tgt"))
+    assert not (work / "tok" / "bpe.codes").exists()
+    words = {l.split()[0] for l in (work / "data-bin" / "dict.src.txt").read_text().splitlines()
+             if not l.startswith("madeupword")}  # fairseq pads the dictionary to a multiple of 8
+    assert words == {w for l in (syn / "train.src").read_text().splitlines() for w in l.split()} | {
+        w for l in (syn / "train.tgt").read_text().splitlines() for w in l.split()}
+    results = json.loads((work / "results.json").read_text())
+    assert list(results["models"]) == ["baseline"] and results["models"]["baseline"]["sentences"] == 25
 
 
 def _corrupt(raw_corpus, tmp_path, edit):
@@ -93,3 +134,24 @@ def test_recipe_refuses_data_bin_without_dictionaries(tmp_path):
     proc = run(RECIPE + ["--data-bin", str(tmp_path / "bin"), "-s", "en", "-t", "de", "--work-dir",
                          str(tmp_path / "w")], check=False)
     assert proc.returncode != 0 and "lacks dict.en.txt" in proc.stderr
+
+
+def _recipe_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("recipe", os.path.join(REPO, "examples", "recipe.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_corpus_score_bleu_and_rouge():
+    """--metric: sacrebleu's BLEU, or ROUGE-1/2/L F1 (rouge-score, stemmed) averaged over sentences."""
+    score = _recipe_module().corpus_score
+    refs = ["the cat sat on the mat", "a dog barked"]
+    assert score("bleu", refs, refs)[0] == 100.0
+    assert score("rouge", refs, refs) == (100.0, {"rouge1": 100.0, "rouge2": 100.0, "rougeL": 100.0})
+    assert score("rouge", ["zebra", "quokka"], refs)[0] == 0.0
+    # one sentence right, one with 2 of 3 words (stemmed: barks = barked): ROUGE-1 F1 = (1 + 2/3) / 2
+    r = score("rouge", [refs[0], "a dog barks loudly"], refs)[1]
+    assert r["rouge1"] == pytest.approx(100 * (1 + (2 * 1.0 * 0.75) / (1.0 + 0.75)) / 2, abs=0.01)

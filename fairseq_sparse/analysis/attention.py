@@ -65,7 +65,7 @@ class AttentionStats:
     """Sums over the corpus, per decoder layer; ``n_heads[l]`` heads in layer l (0: no heads). Alignment
     sums (AER, SAER, coverage) per layer in ``align``, of the ``--align-layers`` combination in ``combined``."""
 
-    def __init__(self, n_heads: Sequence[int], with_gold: bool, l0drop: bool):
+    def __init__(self, n_heads: Sequence[int], with_gold: bool, l0drop: bool, examples: int = 0):
         self.n_heads = list(n_heads)
         L = len(self.n_heads)
         self.layers = L
@@ -82,6 +82,8 @@ class AttentionStats:
         self.hyp_lines = {}  # sentence id -> Pharaoh line of the --align-layers alignment
         self.l0drop = l0drop
         self.tokens = []  # (sentence id, position, token, gate, summed attention, encoder entropy)
+        self.n_examples = examples
+        self.examples = {}  # sentence id < examples -> one attention map (see analyse_sentence)
 
     def add_distribution(self, l: int, attn: np.ndarray):
         """Entropy and largest weight of layer l's ``[H, T, S]`` attention of one sentence."""
@@ -130,6 +132,11 @@ def analyse_sentence(stats: AttentionStats, sid: int, layer_attn: Sequence[Optio
             stats.combined.add_saer(0, m, gold)
     if gates is not None:
         _add_l0drop_tokens(stats, sid, layer_attn, src_pieces, src_special, tgt_special, gates, enc_attn)
+    if sid < stats.n_examples:
+        average = al.layer_average(layer_attn)
+        if average is not None:
+            stats.examples[sid] = {"source": list(src_pieces), "target": list(tgt_pieces), "attention": average,
+                                   "pruned": None if gates is None else np.asarray(gates) == 0}
 
 
 def _add_l0drop_tokens(stats, sid, layer_attn, src_pieces, src_special, tgt_special, gates, enc_attn):

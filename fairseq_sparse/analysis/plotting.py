@@ -229,6 +229,33 @@ def plot_encdec_head_maps(entropy, max_weight, entropy_path: str, max_weight_pat
                  "mean max weight", vmin=0.0, vmax=1.0, row_labels=rows)
 
 
+def plot_attention_example(example: dict, path: str, title: str) -> str:
+    """One sentence's encoder-decoder attention [target x source] (head- and layer-averaged); source tokens
+    that L0Drop prunes (``example["pruned"]``) in red, their columns shaded (Zhang, Titov & Sennrich 2021,
+    Fig. 1: pruned tokens receive little attention)."""
+    attn, src, tgt, pruned = example["attention"], example["source"], example["target"], example["pruned"]
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.32 * len(src) + 2), max(3.0, 0.3 * len(tgt) + 1.6)))
+    im = ax.imshow(attn, cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto")
+    ax.set_xticks(range(len(src)))
+    ax.set_xticklabels(src, rotation=90, fontsize=8)
+    ax.set_yticks(range(len(tgt)))
+    ax.set_yticklabels(tgt, fontsize=8)
+    if pruned is not None:
+        for pos, is_pruned in enumerate(pruned):
+            if is_pruned:
+                ax.get_xticklabels()[pos].set_color("tab:red")
+                ax.axvspan(pos - 0.5, pos + 0.5, color="tab:red", alpha=0.12, linewidth=0)
+        title += f": {int(np.sum(pruned))} of {len(src)} source tokens pruned (red)"
+    ax.set_xlabel("source")
+    ax.set_ylabel("target")
+    ax.set_title(title, fontsize=9)
+    fig.colorbar(im, ax=ax, fraction=0.03, label="attention weight")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plot_l0drop(summary: dict, pruned, summed_attention, encoder_entropy, low: float, attention_path: str,
                 entropy_path: str):
     """Histograms of kept vs pruned source tokens: the attention each receives (Zhang, Titov & Sennrich 2021,

@@ -106,6 +106,9 @@ def get_parser():
                    help="classify source tokens kept/pruned with this L0Drop checkpoint's gates (e.g. to analyse "
                         "the baseline transformer, as Zhang, Titov & Sennrich 2021 do in Fig. 8)")
     p.add_argument("--hist-bins", type=int, default=30, help="bins of the L0Drop histograms")
+    p.add_argument("--example-maps", type=int, default=0, metavar="N",
+                   help="also draw the attention maps (head- and layer-averaged) of the first N sentences, "
+                        "example_<id>.png, with the source tokens L0Drop prunes marked")
     common.add_progress_args(p)
     return p
 
@@ -123,9 +126,12 @@ def validate(args):
         raise common.ToolError("--max-sentences must be >= 1")
     if args.batch_size < 1 or args.hist_bins < 1:
         raise common.ToolError("--batch-size and --hist-bins must be >= 1")
+    if args.example_maps < 0:
+        raise common.ToolError("--example-maps must be >= 0")
     if args.l0drop is False and args.gates_from:
         raise common.ToolError("--gates-from makes no sense with --no-l0drop")
-    names = OUTPUTS + (L0DROP_OUTPUTS if args.l0drop is not False else [])
+    names = OUTPUTS + (L0DROP_OUTPUTS if args.l0drop is not False else []) + [
+        f"example_{i}.png" for i in range(args.example_maps)]
     common.check_output_dir(args.output_dir, names, args.overwrite)
     if os.path.isdir(args.output_dir):  # never over an input, --overwrite or not
         common.check_output_files([("--output-dir", os.path.join(args.output_dir, n)) for n in names], True,
@@ -201,7 +207,7 @@ def analyse(args, run: SimpleNamespace):
                 m.encoder.pruned_decoding = False  # attention over every source position
     ids, _ = common.fitting_ids(run.task, run.model, run.dataset, range(run.n_use))
     head_labels = att.encdec_head_ids(run.model)
-    stats = att.AttentionStats([len(h) for h in head_labels], run.gold is not None, run.l0drop)
+    stats = att.AttentionStats([len(h) for h in head_labels], run.gold is not None, run.l0drop, args.example_maps)
     logger.info(f"analysing {len(ids)} sentences of '{args.gen_subset}' ({len(run.dataset)} in all), "
                 f"{len(head_labels)} decoder layers, heads per layer {[len(h) for h in head_labels]}, align "
                 f"layers {run.align_layers}, gold {'yes' if run.gold is not None else 'no'}, L0Drop analysis "
@@ -253,6 +259,8 @@ def write_outputs(result, stats, n_layers, n_use, out_dir):
     plotting.plot_encdec_head_maps(att.head_matrix(result["heads"], "entropy", n_layers),
                                    att.head_matrix(result["heads"], "max_weight", n_layers),
                                    path("entropy_heads.png"), path("max_weight_heads.png"))
+    for sid, example in sorted(stats.examples.items()):
+        plotting.plot_attention_example(example, path(f"example_{sid}.png"), f"sentence {sid}")
     if stats.l0drop:
         tokens = sorted(stats.tokens, key=lambda t: (t[0], t[1]))
         common.write_tsv(path("l0drop_tokens.tsv"), TOKEN_COLS,

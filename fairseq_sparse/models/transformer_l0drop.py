@@ -6,6 +6,7 @@ hypotheses as the uncompressed gated model.
 """
 import atexit
 import logging
+import math
 import sys
 import time
 from dataclasses import dataclass, field, fields
@@ -22,6 +23,7 @@ from torch import Tensor
 from ..modules.attention_normalisers import COUNT_EXACT
 from ..modules.count_attention import CountAwareAttention
 from ..modules.decoder_layer import SublayerDecoderLayer
+from ..modules.encoder_patterns import PATTERNS, EncoderOutputPattern
 from ..modules.hard_concrete import DEFAULT_BETA, DEFAULT_GAMMA, DEFAULT_ZETA, HardConcrete, check_gate_options
 from ..modules.l0drop import DROPPED_AS_CHOICES, L0Drop, compress, decoder_padding_mask, expand_attention
 from .sparse_transformer import SparseTransformerModel, SublayerTransformerDecoder, register_architectures
@@ -110,6 +112,62 @@ class L0DropConfig(FairseqDataclass):
     )
 
 
+    encoder_output_pattern: ChoiceEnum(PATTERNS) = field(
+        default="none",
+        metadata={"help": "drop encoder outputs by a fixed rule instead of learnt gates (Zhang, Titov & Sennrich 2021 "
+                          "Sec. 7): 'freq' the most frequent source tokens, 'inv-freq' the rarest, 'group' all but "
+                          "every k-th position; decoded through the same compressed memory as L0Drop"},
+    )
+    encoder_output_pattern_top_k: Optional[int] = field(
+        default=None, metadata={"help": "freq: drop the K most frequent source tokens (the paper: 100)"})
+    encoder_output_pattern_min_rank: Optional[int] = field(
+        default=None, metadata={"help": "inv-freq: drop the tokens of frequency rank R and beyond (the paper: 452)"})
+    encoder_output_pattern_every: Optional[int] = field(
+        default=None, metadata={"help": "group: keep every k-th source position only (the paper: 2)"})
+    encoder_output_pattern_rate: Optional[float] = field(
+        default=None,
+        metadata={"help": "instead of the pattern's own setting: the share of source tokens to drop (freq, "
+                          "inv-freq: from the dictionary's counts; group: k = 1 / (1 - rate))"},
+    )
+
+
+PATTERN_SETTINGS = {"freq": "encoder_output_pattern_top_k", "inv-freq": "encoder_output_pattern_min_rank",
+                    "group": "encoder_output_pattern_every"}
+
+
+def check_pattern_args(args):
+    """--encoder-output-pattern and its settings: one setting or a rate for the chosen rule, none without."""
+    kind = args.encoder_output_pattern
+    if kind not in PATTERNS:
+        raise ValueError(f"--encoder-output-pattern must be one of {', '.join(PATTERNS)}, got {kind!r} "
+                         "(the POS pattern needs tags carried with the data and is not implemented)")
+    given = [f for f in list(PATTERN_SETTINGS.values()) + ["encoder_output_pattern_rate"]
+             if getattr(args, f, None) is not None]
+    option = lambda f: "--" + f.replace("_", "-")  # noqa: E731
+    if kind == "none":
+        if given:
+            raise ValueError(f"{option(given[0])} needs --encoder-output-pattern")
+        return
+    wrong = [f for f in given if f not in (PATTERN_SETTINGS[kind], "encoder_output_pattern_rate")]
+    if wrong:
+        raise ValueError(f"{option(wrong[0])} does not apply to --encoder-output-pattern {kind}")
+    if len(given) != 1:
+        raise ValueError(f"--encoder-output-pattern {kind} needs exactly one of {option(PATTERN_SETTINGS[kind])} "
+                         f"and --encoder-output-pattern-rate")
+    rate = args.encoder_output_pattern_rate
+    if rate is not None and not (math.isfinite(rate) and 0 <= rate < 1):
+        raise ValueError(f"--encoder-output-pattern-rate must lie in [0, 1), got {rate}")
+    setting = getattr(args, PATTERN_SETTINGS[kind])
+    if setting is not None and setting < (0 if kind == "freq" else 1):
+        raise ValueError(f"{option(PATTERN_SETTINGS[kind])} must be >= {0 if kind == 'freq' else 1}, got {setting}")
+    if args.l0drop_between_layers:
+        raise ValueError("--encoder-output-pattern replaces the gates of the encoder output; it does not combine "
+                         "with --l0drop-between-layers")
+    if (getattr(args, "l0drop_lambda", 0) or 0) > 0 or getattr(args, "l0drop_target_sparsity", None):
+        raise ValueError("--encoder-output-pattern drops states by rule: there are no L0Drop gates for "
+                         "--l0drop-lambda / --l0drop-target-sparsity to act on")
+
+
 PRUNED_DECODING_HELP = (
     "in eval mode, decode with the compressed memory of Algorithm 1 (exact; default True). Switch off "
     "at generation time with --model-overrides \"{'pruned_decoding': False}\""
@@ -131,7 +189,16 @@ class L0DropTransformerEncoder(TransformerEncoder):
             gate = HardConcrete(args.l0drop_beta, args.l0drop_gamma, args.l0drop_zeta)
             return L0Drop(embed_dim, gate, args.l0drop_init_bias, name=name, penalty_scale=scale)
 
-        self.l0drop = make_l0drop("l0drop")
+        self.pattern = None
+        if args.encoder_output_pattern != "none":
+            # a rule instead of learnt gates (Zhang, Titov & Sennrich 2021 Sec. 7): no L0Drop module to train
+            self.pattern = EncoderOutputPattern(
+                args.encoder_output_pattern, dictionary.count, dictionary.nspecial, dictionary.eos(),
+                top_k=args.encoder_output_pattern_top_k, min_rank=args.encoder_output_pattern_min_rank,
+                every=args.encoder_output_pattern_every, rate=args.encoder_output_pattern_rate)
+            logger.info("encoder output pattern %s: drops %.1f%% of the dictionary's counted tokens",
+                        self.pattern.extra_repr(), 100 * self.pattern.dropped_share(dictionary.count))
+        self.l0drop = make_l0drop("l0drop") if self.pattern is None else None
         self.layer_l0drops = None
         if args.l0drop_between_layers:
             n = len(self.layers)
@@ -164,7 +231,12 @@ class L0DropTransformerEncoder(TransformerEncoder):
         self._pad = src_tokens.eq(self.padding_idx)
         try:
             out = super().forward(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
-            x, gates = self.l0drop(out["encoder_out"][0], self._pad, alive=self._alive)
+            if self.pattern is not None:
+                gates = self.pattern(src_tokens, self._pad)
+                x = out["encoder_out"][0] * gates.transpose(0, 1).unsqueeze(-1).to(out["encoder_out"][0].dtype)
+                self.pattern.record_rate(gates, self._pad)
+            else:
+                x, gates = self.l0drop(out["encoder_out"][0], self._pad, alive=self._alive)
         finally:
             self._alive, self._pad = None, None
         pad = out["encoder_padding_mask"][0]
@@ -293,6 +365,7 @@ class L0DropTransformerModel(SparseTransformerModel):
                              f"got {args.l0drop_layer_penalty!r}")
         check_gate_options("--l0drop", args.l0drop_beta, args.l0drop_gamma, args.l0drop_zeta, "init-bias",
                            args.l0drop_init_bias)
+        check_pattern_args(args)
         super().check_args(args)
         if (args.encdec_attention_normaliser not in COUNT_EXACT and args.l0drop_dropped_as == "zero"
                 and args.pruned_decoding):
@@ -305,6 +378,18 @@ class L0DropTransformerModel(SparseTransformerModel):
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):
         return L0DropTransformerEncoder(args, src_dict, embed_tokens)
+
+    def upgrade_state_dict_named(self, state_dict, name):
+        """A pattern model has no L0Drop gates: those of an L0Drop checkpoint are left out (logged)."""
+        super().upgrade_state_dict_named(state_dict, name)
+        if self.encoder.pattern is not None:
+            prefix = f"{name}.encoder.l0drop." if name else "encoder.l0drop."
+            unused = [k for k in state_dict if k.startswith(prefix)]
+            if unused:
+                logger.info("encoder output pattern: the checkpoint's %d L0Drop gate parameters are not used",
+                            len(unused))
+                for k in unused:
+                    del state_dict[k]
 
 
 ARCHITECTURES = register_architectures("transformer_l0drop", L0DropTransformerModel)

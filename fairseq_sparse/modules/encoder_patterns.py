@@ -1,0 +1,108 @@
+"""Rule-based sparsity patterns on the encoder outputs (Zhang, Titov & Sennrich 2021, Sec. 7 and Table 2).
+
+Instead of learnt L0Drop gates, a fixed rule says which source states the decoder never sees; the model is
+fine-tuned with the rule and decodes through the same compressed memory (Algorithm 1). Gates are 0 (dropped)
+or 1 (kept); padding is 0 and EOS is always kept.
+
+* ``freq``: drop the ``top_k`` most frequent source tokens (the paper: the top 100 words, 46.3% of the
+  WMT14 En-De source tokens);
+* ``inv-freq``: drop the tokens whose frequency rank is ``min_rank`` or beyond (the paper: ranks from 452,
+  ~40% of the tokens), the rare ones;
+* ``group``: keep only every ``every``-th position (the paper: the odd positions, ``every`` 2, 50%).
+
+Frequencies and ranks come from the counts of the fairseq dictionary (``dict.<src>.txt``; with
+``--joined-dictionary`` they count both sides of the training data). A ``rate`` instead of ``top_k`` /
+``min_rank`` / ``every`` picks the setting whose dropped share of the counted tokens is closest to it.
+The paper's POS pattern needs part-of-speech tags carried with the data and is not implemented.
+"""
+import math
+from typing import Optional, Sequence
+
+import torch
+from torch import Tensor
+
+from .sparsity import SparsityModule, SparsityTerm
+
+PATTERNS = ("none", "freq", "inv-freq", "group")
+
+
+def frequency_ranks(counts: Sequence[int], nspecial: int) -> list:
+    """The ids of the dictionary's non-special symbols, most frequent first (ties by id)."""
+    ids = range(nspecial, len(counts))
+    return sorted(ids, key=lambda i: (-counts[i], i))
+
+
+def setting_for_rate(kind: str, counts: Sequence[int], nspecial: int, rate: float) -> int:
+    """``top_k`` (freq), ``min_rank`` (inv-freq) or ``every`` (group) whose dropped share is closest to RATE:
+    for freq / inv-freq the share of the counted tokens, for group 1 - 1/every."""
+    if kind == "group":
+        return max(1, round(1.0 / (1.0 - rate))) if rate < 1 else 1
+    ranked = [counts[i] for i in frequency_ranks(counts, nspecial)]
+    total = float(sum(ranked)) or 1.0
+    best, best_gap, covered = 0, rate, 0.0
+    for k, c in enumerate(ranked, start=1):  # share of the k most frequent tokens
+        covered += c
+        share = covered / total if kind == "freq" else 1.0 - (covered - c) / total  # inv-freq: ranks >= k
+        gap = abs(share - rate)
+        if gap < best_gap:
+            best, best_gap = k, gap
+    if kind == "freq":
+        return best
+    return best if best else len(ranked) + 1  # inv-freq: the first dropped rank (1-based); beyond all: none
+
+
+class EncoderOutputPattern(SparsityModule):
+    """Gates (B x T, 0 or 1) of a rule-based pattern; see the module docstring. It has no penalty; it reports
+    its sparsity rate under L0Drop's name (``l0drop_sparsity``), so logs read the same."""
+
+    penalty_group = "l0drop"
+
+    def __init__(self, kind: str, counts: Sequence[int], nspecial: int, eos: int, top_k: Optional[int] = None,
+                 min_rank: Optional[int] = None, every: Optional[int] = None, rate: Optional[float] = None):
+        super().__init__()
+        if kind not in PATTERNS or kind == "none":
+            raise ValueError(f"unknown encoder output pattern {kind!r}; one of {', '.join(PATTERNS[1:])}")
+        if rate is not None and not (math.isfinite(rate) and 0 <= rate < 1):
+            raise ValueError(f"--encoder-output-pattern-rate must lie in [0, 1), got {rate}")
+        self.kind, self.eos = kind, eos
+        setting = {"freq": top_k, "inv-freq": min_rank, "group": every}[kind]
+        if rate is not None:
+            setting = setting_for_rate(kind, counts, nspecial, rate)
+        if setting is None or setting < (0 if kind == "freq" else 1):
+            raise ValueError(f"encoder output pattern {kind}: give its setting or a rate")
+        self.setting = int(setting)
+        dropped = torch.zeros(len(counts), dtype=torch.bool)
+        if kind != "group":
+            ranked = frequency_ranks(counts, nspecial)
+            chosen = ranked[:self.setting] if kind == "freq" else ranked[self.setting - 1:]
+            dropped[torch.as_tensor(chosen, dtype=torch.long)] = True
+        self.register_buffer("dropped", dropped, persistent=False)
+
+    def dropped_share(self, counts: Sequence[int]) -> float:
+        """The share of the counted tokens this pattern drops (freq, inv-freq) or 1 - 1/every (group)."""
+        if self.kind == "group":
+            return 1.0 - 1.0 / self.setting
+        total = float(sum(counts)) or 1.0
+        return float(sum(c for c, d in zip(counts, self.dropped.tolist()) if d)) / total
+
+    def forward(self, src_tokens: Tensor, padding_mask: Optional[Tensor]) -> Tensor:
+        """Gates for ``src_tokens`` (B x T); ``padding_mask`` True at padding (left or right)."""
+        real = torch.ones_like(src_tokens, dtype=torch.bool) if padding_mask is None else ~padding_mask
+        if self.kind == "group":
+            position = real.long().cumsum(1) - 1  # 0-based position among the real tokens (left padding too)
+            keep = position.remainder(self.setting) == 0
+        else:
+            keep = ~self.dropped.to(src_tokens.device)[src_tokens]
+        keep = (keep | src_tokens.eq(self.eos)) & real
+        return keep.float()
+
+    def record_rate(self, gates: Tensor, padding_mask: Optional[Tensor]):
+        """Report the share of real source tokens dropped (a statistic for the logs; no penalty)."""
+        real = torch.ones_like(gates, dtype=torch.bool) if padding_mask is None else ~padding_mask
+        tokens = real.sum().detach()
+        self.record(SparsityTerm(group=self.penalty_group, penalty=None,
+                                 stats={"l0drop_sparsity": ((real & (gates == 0)).sum().detach(), tokens)}))
+
+    def extra_repr(self) -> str:
+        name = {"freq": "top_k", "inv-freq": "min_rank", "group": "every"}[self.kind]
+        return f"{self.kind}, {name}={self.setting}"

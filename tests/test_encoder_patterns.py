@@ -1,0 +1,125 @@
+"""Rule-based encoder-output patterns (Zhang, Titov & Sennrich 2021, Sec. 7): the gates of each rule against
+hand-computed ones, the setting chosen for a rate, and exact pruned decoding of a pattern model."""
+import pytest
+import torch
+
+from fairseq_sparse.modules.encoder_patterns import EncoderOutputPattern, frequency_ranks, setting_for_rate
+
+# a toy dictionary: 4 specials (bos, pad, eos, unk) then words 4..9 with these counts
+COUNTS = [1, 1, 1, 1, 50, 5, 30, 10, 3, 1]
+NSPECIAL, PAD, EOS = 4, 1, 2
+
+
+def gates(kind, tokens, **kw):
+    src = torch.tensor(tokens)
+    return EncoderOutputPattern(kind, COUNTS, NSPECIAL, EOS, **kw)(src, src.eq(PAD)).tolist()
+
+
+def test_frequency_ranks_most_frequent_first():
+    assert frequency_ranks(COUNTS, NSPECIAL) == [4, 6, 7, 5, 8, 9]
+
+
+def test_freq_drops_the_top_k_and_keeps_eos_and_zeroes_padding():
+    assert gates("freq", [[4, 5, 6, 7, 2, 1]], top_k=2) == [[0, 1, 0, 1, 1, 0]]
+    assert gates("freq", [[4, 6, 2]], top_k=0) == [[1, 1, 1]]  # top 0: nothing dropped
+
+
+def test_inv_freq_drops_ranks_from_min_rank():
+    # ranks (1-based): 4 -> 1, 6 -> 2, 7 -> 3, 5 -> 4, 8 -> 5, 9 -> 6; min rank 4 drops 5, 8, 9
+    assert gates("inv-freq", [[4, 5, 6, 7, 8, 9, 2]], min_rank=4) == [[1, 0, 1, 1, 0, 0, 1]]
+
+
+def test_group_keeps_every_kth_real_position_with_left_padding():
+    assert gates("group", [[4, 5, 6, 7, 8, 2]], every=2) == [[1, 0, 1, 0, 1, 1]]
+    # left padding: positions count from the first real token
+    assert gates("group", [[1, 1, 4, 5, 6, 2]], every=2) == [[0, 0, 1, 0, 1, 1]]
+    assert gates("group", [[4, 5, 6, 7, 2]], every=3) == [[1, 0, 0, 1, 1]]
+
+
+def test_setting_for_a_rate():
+    total = sum(COUNTS[NSPECIAL:])  # 99
+    # freq: top 1 = 50/99 = 0.505, top 2 = 80/99 = 0.808
+    assert setting_for_rate("freq", COUNTS, NSPECIAL, 0.5) == 1
+    assert setting_for_rate("freq", COUNTS, NSPECIAL, 0.75) == 2
+    # inv-freq: ranks >= 4 = (5 + 3 + 1) / 99 = 0.091, >= 3 = 19/99 = 0.19, >= 2 = 49/99 = 0.495
+    assert setting_for_rate("inv-freq", COUNTS, NSPECIAL, 0.2) == 3
+    assert setting_for_rate("inv-freq", COUNTS, NSPECIAL, 0.45) == 2
+    assert setting_for_rate("group", COUNTS, NSPECIAL, 0.5) == 2
+    assert setting_for_rate("group", COUNTS, NSPECIAL, 2 / 3) == 3
+    p = EncoderOutputPattern("freq", COUNTS, NSPECIAL, EOS, rate=0.5)
+    assert p.setting == 1 and p.dropped_share(COUNTS[:]) == pytest.approx(50 / (total + 4))
+
+
+@pytest.mark.parametrize("kw,message", [({"rate": 1.0}, "[0, 1)"), ({"rate": float("nan")}, "[0, 1)"),
+                                        ({}, "give its setting or a rate")])
+def test_bad_settings_are_refused(kw, message):
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace(")", r"\)")):
+        EncoderOutputPattern("freq", COUNTS, NSPECIAL, EOS, **kw)
+    with pytest.raises(ValueError, match="unknown encoder output pattern"):
+        EncoderOutputPattern("pos", COUNTS, NSPECIAL, EOS, top_k=3)
+
+
+# ----------------------------------------------------------------------------------------------
+# end to end: fine-tuned with a rule, decoded exactly through the compressed memory
+
+
+@pytest.fixture(scope="module")
+def freq_pattern_ckpt(corpus, stock_transformer_ckpt, tmp_path_factory):
+    """The stock checkpoint fine-tuned 20 updates with the freq pattern at rate 0.3."""
+    from test_cli import train
+
+    save = str(tmp_path_factory.mktemp("pattern"))
+    proc = train(corpus["bin"], save, ["--arch", "transformer_l0drop", "--encoder-output-pattern", "freq",
+                                       "--encoder-output-pattern-rate", "0.3", "--finetune-from-model",
+                                       stock_transformer_ckpt], max_update=20)
+    assert "encoder output pattern freq, top_k=" in proc.log
+    return save + "/checkpoint_last.pt"
+
+
+def expected_rate(corpus, ckpt, overrides=None):
+    """The share of the test split's real source tokens (EOS included) the checkpoint's pattern drops."""
+    from fairseq import checkpoint_utils
+
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task([ckpt], arg_overrides=dict(
+        data=corpus["bin"], **overrides))
+    task.load_dataset("test")
+    src = task.dataset("test").src
+    pattern = models[0].encoder.pattern
+    dropped = tokens = 0
+    for i in range(len(src)):
+        tokens_i = src[i].unsqueeze(0)
+        g = pattern(tokens_i, None)
+        dropped += int((g == 0).sum())
+        tokens += tokens_i.numel()
+    return dropped / tokens
+
+
+@pytest.mark.parametrize("overrides", [{}, {"encoder_output_pattern": "group", "encoder_output_pattern_rate": None,
+                                            "encoder_output_pattern_every": 2}])
+def test_pattern_model_decodes_exactly_and_prints_its_rate(corpus, freq_pattern_ckpt, overrides):
+    """Pruned == unpruned decoding (beam 4) of a pattern model, also with another rule set at decoding time;
+    the printed sparsity rate is the rule's share of the test sources."""
+    from test_cli import assert_same_decoding, generate, sparsity_line
+
+    pruned, unpruned = [generate(corpus["bin"], freq_pattern_ckpt, ["--model-overrides", repr(
+        dict(overrides, pruned_decoding=p))]) for p in (True, False)]
+    assert_same_decoding(pruned, unpruned)
+    rate = sparsity_line(pruned)[0]
+    assert rate == pytest.approx(100 * expected_rate(corpus, freq_pattern_ckpt, overrides), abs=0.05)
+    assert rate > 10
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--encoder-output-pattern-top-k", "5"], "--encoder-output-pattern-top-k needs --encoder-output-pattern"),
+    (["--encoder-output-pattern", "group", "--encoder-output-pattern-top-k", "5"], "does not apply"),
+    (["--encoder-output-pattern", "freq"], "needs exactly one of"),
+    (["--encoder-output-pattern", "freq", "--encoder-output-pattern-rate", "1.5"], "must lie in [0, 1)"),
+    (["--encoder-output-pattern", "freq", "--encoder-output-pattern-top-k", "5", "--criterion",
+      "label_smoothed_cross_entropy_with_sparsity", "--l0drop-lambda", "0.3"], "no L0Drop gates"),
+])
+def test_bad_pattern_options_fail_before_training(corpus, tmp_path, extra, message):
+    from test_cli import train
+
+    proc = train(corpus["bin"], str(tmp_path / "x"), ["--arch", "transformer_l0drop"] + extra, check=False)
+    assert proc.returncode != 0 and message in proc.log, proc.log[-2000:]
+    assert not (tmp_path / "x" / "checkpoint_last.pt").exists()
