@@ -27,20 +27,19 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 
-#: (corpus options of make_corpus, recipe options); the default demo, then --full
+#: recipe options of both sizes
+COMMON = {"heads": 4, "max-tokens": 4096, "validate-interval": 4, "finetune-lr": "1e-3", "l0drop-target": 0.4,
+          "heads-target": 0.25, "curve-targets": "0.2,0.4,0.6", "beam": 4, "speed-repeats": 5}
+#: (options of make_corpus, recipe options) of the default demo and of --full
 SIZES = {
     "demo": (dict(train=20000, valid=300, test=300, min_len=3, max_len=15, vocabulary=100),
-             ["--layers", "2", "--embed-dim", "64", "--ffn-dim", "256", "--heads", "4", "--dropout", "0",
-              "--max-tokens", "4096", "--lr", "5e-3", "--warmup-updates", "100", "--baseline-updates", "1000",
-              "--validate-interval", "4", "--finetune-updates", "300", "--finetune-lr", "1e-3",
-              "--target-warmup-updates", "80", "--l0drop-target", "0.4", "--heads-target", "0.25",
-              "--curve-targets", "0.2,0.4,0.6", "--curve-updates", "100", "--beam", "4", "--importance-sentences", "100",
-              "--speed-repeats", "5"]),
-    "full": (dict(train=40000, valid=500, test=500, min_len=4, max_len=20),
-             ["--layers", "3", "--embed-dim", "128", "--ffn-dim", "512", "--heads", "4", "--max-tokens", "4096",
-              "--lr", "5e-3", "--warmup-updates", "300", "--baseline-updates", "3000", "--validate-interval", "2",
-              "--finetune-updates", "600", "--finetune-lr", "1e-3", "--target-warmup-updates", "200",
-              "--curve-updates", "200", "--beam", "4", "--importance-sentences", "300", "--speed-repeats", "5"]),
+             {"layers": 2, "embed-dim": 64, "ffn-dim": 256, "dropout": 0, "lr": "5e-3", "warmup-updates": 100,
+              "baseline-updates": 1000, "finetune-updates": 300, "target-warmup-updates": 80, "curve-updates": 100,
+              "importance-sentences": 100}),
+    "full": (dict(train=30000, valid=300, test=300, min_len=3, max_len=15),
+             {"layers": 2, "embed-dim": 128, "ffn-dim": 512, "dropout": 0.1, "lr": "5e-3", "warmup-updates": 200,
+              "baseline-updates": 1500, "finetune-updates": 450, "target-warmup-updates": 150, "curve-updates": 150,
+              "importance-sentences": 300}),
 }
 #: the phases, each a list of lanes (steps run one after the other in one process) that run at once
 PHASES = {
@@ -87,13 +86,14 @@ def run_phase(title, lanes, recipe_cmd):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
-    p.add_argument("--full", action="store_true", help="the larger runs: 40k pairs, 3+3 layers of width 128, "
-                   "3000 + 600 updates, every step (see README for its measured time)")
+    p.add_argument("--full", action="store_true", help="the larger runs: 30k pairs of 300 content words, 2+2 layers "
+                   "of width 128, 1500 + 450 updates, also control_frozen and heads_enc (see README for its time)")
     p.add_argument("--work-dir", help="default: demo_out (demo_out_full with --full); a re-run resumes")
     a, extra = p.parse_known_args(argv)
     size = "full" if a.full else "demo"
     work = os.path.abspath(a.work_dir or ("demo_out_full" if a.full else "demo_out"))
-    corpus_options, recipe_options = SIZES[size]
+    corpus_options, sized = SIZES[size]
+    recipe_options = [x for name, value in {**COMMON, **sized}.items() for x in (f"--{name}", str(value))]
     start = time.time()
     print(f"=== corpus: synthetic, {corpus_options['train']} training pairs (fairseq_sparse/synthetic_corpus.py)",
           flush=True)

@@ -209,21 +209,11 @@ def corpus_score(metric, hyps, refs, tokenize="13a"):
     return details["rougeL"], details
 
 
-def median_train_wps(log_path):
-    """Median of fairseq-train's logged words/s (train_inner lines), or None."""
-    if not os.path.exists(log_path):
-        return None
-    with open(log_path) as f:
-        values = [float(v) for v in re.findall(r"\| train_inner \|.*?wps=([\d.]+)", f.read())]
-    return statistics.median(values) if values else None
-
-
 class Recipe:
     def __init__(self, args):
         self.args = args
         self.work = os.path.abspath(args.work_dir)
         self.data = os.path.abspath(args.data_bin) if args.data_bin else os.path.join(self.work, "data-bin")
-        os.makedirs(self.work, exist_ok=True)
         self.commands_dir = os.path.join(self.work, "commands")  # one file per step: steps may run in parallel
         self.cache_dir = os.path.join(self.work, "results")  # one file per evaluation, for the same reason
 
@@ -1013,6 +1003,7 @@ def main(argv=None):
     args = parse_args(argv)
     recipe = Recipe(args)
     recipe.check_inputs()
+    os.makedirs(recipe.work, exist_ok=True)  # after the checks: a refused run leaves nothing behind
     for step in args.steps.split(","):
         start = time.time()
         print(f"== {step}: {(getattr(Recipe, step).__doc__ or '').split(chr(10))[0] or step}", flush=True)

@@ -109,17 +109,41 @@ def test_pattern_model_decodes_exactly_and_prints_its_rate(corpus, freq_pattern_
     assert rate > 10
 
 
-@pytest.mark.parametrize("extra,message", [
-    (["--encoder-output-pattern-top-k", "5"], "--encoder-output-pattern-top-k needs --encoder-output-pattern"),
-    (["--encoder-output-pattern", "group", "--encoder-output-pattern-top-k", "5"], "does not apply"),
-    (["--encoder-output-pattern", "freq"], "needs exactly one of"),
-    (["--encoder-output-pattern", "freq", "--encoder-output-pattern-rate", "1.5"], "must lie in [0, 1)"),
-    (["--encoder-output-pattern", "freq", "--encoder-output-pattern-top-k", "5", "--criterion",
-      "label_smoothed_cross_entropy_with_sparsity", "--l0drop-lambda", "0.3"], "no L0Drop gates"),
+@pytest.mark.parametrize("options,message", [
+    ({"encoder_output_pattern_top_k": 5}, "--encoder-output-pattern-top-k needs --encoder-output-pattern"),
+    ({"encoder_output_pattern": "group", "encoder_output_pattern_top_k": 5}, "does not apply"),
+    ({"encoder_output_pattern": "freq"}, "needs exactly one of"),
+    ({"encoder_output_pattern": "freq", "encoder_output_pattern_top_k": 5, "encoder_output_pattern_rate": 0.3},
+     "needs exactly one of"),
+    ({"encoder_output_pattern": "freq", "encoder_output_pattern_rate": 1.5}, "must lie in [0, 1)"),
+    ({"encoder_output_pattern": "group", "encoder_output_pattern_every": 0}, "must be >= 1"),
+    ({"encoder_output_pattern": "pos", "encoder_output_pattern_rate": 0.4}, "POS pattern"),
+    ({"encoder_output_pattern": "freq", "encoder_output_pattern_top_k": 5, "l0drop_between_layers": True},
+     "--l0drop-between-layers"),
+    ({"encoder_output_pattern": "freq", "encoder_output_pattern_top_k": 5, "l0drop_target_sparsity": "0.4"},
+     "no L0Drop gates"),
 ])
-def test_bad_pattern_options_fail_before_training(corpus, tmp_path, extra, message):
+def test_bad_pattern_options_are_refused(options, message):
+    from argparse import Namespace
+
+    from fairseq_sparse.models.transformer_l0drop import check_pattern_args
+
+    args = Namespace(encoder_output_pattern="none", encoder_output_pattern_top_k=None,
+                     encoder_output_pattern_min_rank=None, encoder_output_pattern_every=None,
+                     encoder_output_pattern_rate=None, l0drop_between_layers=False)
+    for k, v in options.items():
+        setattr(args, k, v)
+    with pytest.raises(ValueError) as e:
+        check_pattern_args(args)
+    assert message in str(e.value)
+
+
+def test_pattern_with_a_lambda_fails_before_training(corpus, tmp_path):
+    """The refusal reaches the fairseq-train user before anything is written."""
     from test_cli import train
 
-    proc = train(corpus["bin"], str(tmp_path / "x"), ["--arch", "transformer_l0drop"] + extra, check=False)
-    assert proc.returncode != 0 and message in proc.log, proc.log[-2000:]
+    proc = train(corpus["bin"], str(tmp_path / "x"), [
+        "--arch", "transformer_l0drop", "--encoder-output-pattern", "freq", "--encoder-output-pattern-top-k", "5",
+        "--criterion", "label_smoothed_cross_entropy_with_sparsity", "--l0drop-lambda", "0.3"], check=False)
+    assert proc.returncode != 0 and "no L0Drop gates" in proc.log, proc.log[-2000:]
     assert not (tmp_path / "x" / "checkpoint_last.pt").exists()

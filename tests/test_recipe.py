@@ -3,6 +3,7 @@ and its input checks (before any work starts)."""
 import json
 import os
 import shutil
+import subprocess
 import sys
 
 import pytest
@@ -38,16 +39,24 @@ def recipe(corpus, work, extra=(), check=True, langs=("en", "de")):
 
 def test_recipe_end_to_end_and_resume(raw_corpus, tmp_path):
     work = tmp_path / "work"
-    # every step but the variants of a code path another step runs (heads_enc: heads_all with other options;
-    # pattern_freq, pattern_inv_freq: pattern_group with another rule, tested in test_encoder_patterns.py)
-    steps = ["--steps", "prepare,baseline,simplified,control,l0drop,pattern_group,control_frozen,heads_all,"
-             "attention_reg,importance,curve,report"]
-    proc = recipe(raw_corpus, work, ["--gold-alignments", str(raw_corpus / "test.align")] + steps)
+    # every step but the variants of a code path another step runs (control_frozen, heads_enc: heads_all with
+    # other options; pattern_freq, pattern_inv_freq: pattern_group with another rule, see test_encoder_patterns)
+    gold = ["--gold-alignments", str(raw_corpus / "test.align"), "--threads", "1"]
+    recipe(raw_corpus, work, gold + ["--steps", "prepare,baseline"])
+    # the fine-tunings as two processes at once, as the demo runs them (each evaluation in its own cache file)
+    lanes = ["simplified,control,l0drop,curve", "pattern_group,heads_all,attention_reg,importance"]
+    procs = [subprocess.Popen(RECIPE + ["--corpus", str(raw_corpus), "-s", "en", "-t", "de", "--work-dir", str(work)]
+                              + TINY + gold + ["--steps", lane], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True) for lane in lanes]
+    for p in procs:
+        out, _ = p.communicate(timeout=900)
+        assert p.returncode == 0, out[-3000:]
+    recipe(raw_corpus, work, gold + ["--steps", "report"])
     report = (work / "REPORT.md").read_text()
     results = json.loads((work / "results.json").read_text())
     models = results["models"]
-    for name in ("baseline", "simplified", "control", "l0drop", "pattern_group", "control_frozen", "heads_all",
-                 "attention_reg", "importance"):
+    for name in ("baseline", "simplified", "control", "l0drop", "pattern_group", "heads_all", "attention_reg",
+                 "importance"):
         assert f"| {name} |" in report, report
         assert models[name]["sentences"] == 25  # every test sentence decoded
         assert 0.0 <= models[name]["bleu"] <= 100.0
@@ -76,7 +85,7 @@ def test_recipe_end_to_end_and_resume(raw_corpus, tmp_path):
     assert "fairseq-train" in report and "fairseq-generate" in report and "--l0drop-target-sparsity 0.5" in report
     # a re-run skips every finished step and keeps the results
     before = {p: os.path.getmtime(p) for p in (work / "baseline" / "checkpoint_last.pt", work / "results.json")}
-    again = recipe(raw_corpus, work, ["--gold-alignments", str(raw_corpus / "test.align")] + steps)
+    again = recipe(raw_corpus, work, gold + ["--steps", ",".join(["prepare", "baseline"] + lanes + ["report"])])
     assert "baseline: done already" in again.stdout and "l0drop: done already" in again.stdout
     assert os.path.getmtime(work / "baseline" / "checkpoint_last.pt") == before[work / "baseline" / "checkpoint_last.pt"]
     assert json.loads((work / "results.json").read_text())["models"] == models
@@ -155,3 +164,17 @@ def test_corpus_score_bleu_and_rouge():
     # one sentence right, one with 2 of 3 words (stemmed: barks = barked): ROUGE-1 F1 = (1 + 2/3) / 2
     r = score("rouge", [refs[0], "a dog barks loudly"], refs)[1]
     assert r["rouge1"] == pytest.approx(100 * (1 + (2 * 1.0 * 0.75) / (1.0 + 0.75)) / 2, abs=0.01)
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--finetune-updates", "30"], "--curve-updates x the number of --curve-targets (10 x 2) must equal"),
+    (["--importance-types", "enc,bogus"], "--importance-types"),
+    (["--l0drop-target", "1.0"], "--l0drop-target must lie in [0, 1)"),
+    (["--attention-reg-lambda", "nan"], "--attention-reg-lambda must be a positive number"),
+    (["--steps", "baseline,nonsense"], "unknown step 'nonsense'"),
+    (["--gold-alignments", "/nonexistent/test.align"], "no such file"),
+])
+def test_recipe_refuses_bad_options_before_work(raw_corpus, tmp_path, extra, message):
+    proc = recipe(raw_corpus, tmp_path / "work", extra, check=False)
+    assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+    assert not (tmp_path / "work").exists()
