@@ -110,8 +110,6 @@ class L0DropConfig(FairseqDataclass):
                           "Sennrich 2021: 0.2-0.3) transfers whatever the depth; 'sum' makes one lambda act about "
                           "L times as strongly"},
     )
-
-
     encoder_output_pattern: ChoiceEnum(PATTERNS) = field(
         default="none",
         metadata={"help": "drop encoder outputs by a fixed rule instead of learnt gates (Zhang, Titov & Sennrich 2021 "
