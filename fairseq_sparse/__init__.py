@@ -23,4 +23,4 @@ Bibliography (docstrings and ``--help`` texts cite these by authors and year):
 """
 from . import checkpoint_safety  # noqa: F401  (first: fairseq tools may load checkpoints right after)
 from . import last_batch  # noqa: F401
-from . import criterions, models, modules, optim  # noqa: F401
+from . import criterions, models, modules, optim, tasks  # noqa: F401

@@ -56,7 +56,31 @@ def test_bad_settings_are_refused(kw, message):
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace(")", r"\)")):
         EncoderOutputPattern("freq", COUNTS, NSPECIAL, EOS, **kw)
     with pytest.raises(ValueError, match="unknown encoder output pattern"):
-        EncoderOutputPattern("pos", COUNTS, NSPECIAL, EOS, top_k=3)
+        EncoderOutputPattern("pos-tags", COUNTS, NSPECIAL, EOS, top_k=3)
+    with pytest.raises(ValueError, match="takes no rate"):
+        EncoderOutputPattern("pos", COUNTS, NSPECIAL, EOS, rate=0.3, symbols=SYMBOLS)
+
+
+# the toy dictionary's symbols: "new@@" continues into the next piece
+SYMBOLS = ["<s>", "<pad>", "</s>", "<unk>", "the", "new@@", "york", ".", "can", "there"]
+
+
+def test_pos_drops_function_words_punctuation_md_ex_and_later_pieces():
+    """Zhang, Titov & Sennrich 2021 Sec. 7: function words (CC IN RP TO UH DT WP), punctuation, MD, EX and BPEO."""
+    from fairseq_sparse.analysis.token_types import tag_id
+
+    pattern = EncoderOutputPattern("pos", COUNTS, NSPECIAL, EOS, symbols=SYMBOLS)
+    #        pad  there  can  the  new@@  york  york  .   </s>
+    src = torch.tensor([[1, 9, 8, 4, 5, 6, 6, 7, 2]])
+    tags = torch.tensor([[0] + [tag_id(t) for t in ("EX", "MD", "DT", "NNP", "NNP", "NN", ".")] + [0]])
+    assert pattern(src, src.eq(PAD), tags).tolist() == [[0, 0, 0, 0, 1, 0, 1, 0, 1]]
+    # an unknown tag and a content tag are kept; "york" after "new@@" is a later piece whatever its tag
+    tags = torch.tensor([[0, tag_id("XYZ"), tag_id("VB"), tag_id("JJ"), tag_id("NN"), tag_id("NN"), tag_id("NN"),
+                          tag_id("NN"), 0]])
+    assert pattern(src, src.eq(PAD), tags).tolist() == [[0, 1, 1, 1, 1, 0, 1, 1, 1]]
+    with pytest.raises(ValueError, match="--task translation_source_tags"):
+        pattern(src, src.eq(PAD))
+    assert "MD" in pattern.extra_repr() and pattern.dropped_share(COUNTS) is None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -117,7 +141,10 @@ def test_pattern_model_decodes_exactly_and_prints_its_rate(corpus, freq_pattern_
      "needs exactly one of"),
     ({"encoder_output_pattern": "freq", "encoder_output_pattern_rate": 1.5}, "must lie in [0, 1)"),
     ({"encoder_output_pattern": "group", "encoder_output_pattern_every": 0}, "must be >= 1"),
-    ({"encoder_output_pattern": "pos", "encoder_output_pattern_rate": 0.4}, "POS pattern"),
+    ({"encoder_output_pattern": "pos", "encoder_output_pattern_rate": 0.4},
+     "does not apply to --encoder-output-pattern pos"),
+    ({"encoder_output_pattern": "pos", "encoder_output_pattern_top_k": 4},
+     "does not apply to --encoder-output-pattern pos"),
     ({"encoder_output_pattern": "freq", "encoder_output_pattern_top_k": 5, "l0drop_between_layers": True},
      "--l0drop-between-layers"),
     ({"encoder_output_pattern": "freq", "encoder_output_pattern_top_k": 5, "l0drop_target_sparsity": "0.4"},
@@ -147,3 +174,88 @@ def test_pattern_with_a_lambda_fails_before_training(corpus, tmp_path):
         "--criterion", "label_smoothed_cross_entropy_with_sparsity", "--l0drop-lambda", "0.3"], check=False)
     assert proc.returncode != 0 and "no L0Drop gates" in proc.log, proc.log[-2000:]
     assert not (tmp_path / "x" / "checkpoint_last.pt").exists()
+
+
+# ----------------------------------------------------------------------------------------------
+# the POS pattern end to end: tags carried by the task translation_source_tags
+
+
+def tag_of(word):
+    """The synthetic corpus's words: the0 .. the11 are function words (DT), swap a verb, w17 nouns."""
+    return "DT" if word.startswith("the") else ("VB" if word == "swap" else "NN")
+
+
+@pytest.fixture(scope="module")
+def tags_dir(corpus, tmp_path_factory):
+    """{train,valid,test}.tags of the corpus (one per word), written from its raw text."""
+    out = tmp_path_factory.mktemp("tags")
+    for split in ("train", "valid", "test"):
+        with open(f"{corpus['raw']}/{split}.src") as f:
+            lines = [" ".join(tag_of(w) for w in line.split()) for line in f.read().splitlines()]
+        (out / f"{split}.tags").write_text("\n".join(lines) + "\n")
+    return str(out)
+
+
+def test_pos_pattern_trains_and_decodes_exactly(corpus, stock_transformer_ckpt, tags_dir, tmp_path):
+    """fairseq-train and fairseq-generate with --task translation_source_tags: the function words (and nothing
+    else) are dropped, the printed rate is their share, and pruned == unpruned decoding (beam 4)."""
+    from test_cli import assert_same_decoding, generate, sparsity_line, train
+
+    task = ["--task", "translation_source_tags", "--source-tags-dir", tags_dir]
+    save = str(tmp_path / "pos")
+    proc = train(corpus["bin"], save, task + ["--arch", "transformer_l0drop", "--encoder-output-pattern", "pos",
+                                              "--finetune-from-model", stock_transformer_ckpt], max_update=20)
+    assert "encoder output pattern pos, drops" in proc.log
+    ckpt = save + "/checkpoint_last.pt"
+    pruned, unpruned = [generate(corpus["bin"], ckpt, task + ["--model-overrides", repr({"pruned_decoding": p})])
+                        for p in (True, False)]
+    assert_same_decoding(pruned, unpruned)
+    with open(f"{corpus['raw']}/test.src") as f:
+        lines = f.read().splitlines()
+    words = [w for line in lines for w in line.split()]
+    function = sum(w.startswith("the") for w in words)
+    rate, dropped, tokens, _, _ = sparsity_line(pruned)
+    assert (dropped, tokens) == (function, len(words) + len(lines))  # EOS kept
+    assert rate > 10
+
+
+def test_pos_pattern_needs_the_task_and_matching_tags(corpus, tags_dir, tmp_path):
+    """A clear error before training: the POS pattern without the task, the task without tags for a split, a
+    tags file with a wrong number of tags on a line."""
+    from test_cli import train
+
+    proc = train(corpus["bin"], str(tmp_path / "a"), ["--arch", "transformer_l0drop", "--encoder-output-pattern",
+                                                      "pos"], check=False)
+    assert proc.returncode != 0 and "--task translation_source_tags" in proc.log, proc.log[-2000:]
+    task = ["--task", "translation_source_tags", "--arch", "transformer_l0drop", "--encoder-output-pattern", "pos"]
+    proc = train(corpus["bin"], str(tmp_path / "b"), task + ["--source-tags-dir", str(tmp_path)], check=False)
+    assert proc.returncode != 0 and f"no tags file {tmp_path}/" in proc.log, proc.log[-2000:]
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for split in ("train", "valid", "test"):
+        lines = open(f"{tags_dir}/{split}.tags").read().splitlines()
+        if split == "valid":
+            lines[6] += " NN"
+        (bad / f"{split}.tags").write_text("\n".join(lines) + "\n")
+    proc = train(corpus["bin"], str(tmp_path / "c"), task + ["--source-tags-dir", str(bad)], check=False)
+    assert proc.returncode != 0 and f"{bad}/valid.tags line 7:" in proc.log, proc.log[-2000:]
+    assert not any((tmp_path / d / "checkpoint_last.pt").exists() for d in "abc")
+
+
+def test_pos_tags_tool_tags_words_not_pieces(tmp_path):
+    """fairseq-sparse-pos-tags (spaCy, an optional extra): one tag per word, BPE pieces joined, empty lines
+    kept, the output never overwritten silently."""
+    pytest.importorskip("spacy")
+    from conftest import console, run
+
+    src = tmp_path / "test.bpe.en"
+    src.write_text("There are new@@ york prices of 3 packages .\n\nthe cat\n")
+    out = tmp_path / "test.tags"
+    proc = run([console("fairseq-sparse-pos-tags"), "--input", str(src), "--output", str(out)], check=False)
+    if proc.returncode != 0 and "spacy-model" in proc.stderr:
+        pytest.skip("spaCy's English model is not installed")
+    lines = out.read_text().split("\n")
+    assert lines[0].split()[:2] == ["EX", "VBP"] and len(lines[0].split()) == 8 and lines[0].split()[-1] == "."
+    assert lines[1:] == ["", "DT NN", ""]
+    again = run([console("fairseq-sparse-pos-tags"), "--input", str(src), "--output", str(out)], check=False)
+    assert again.returncode == 2 and "pass --overwrite" in again.stderr

@@ -178,3 +178,12 @@ def test_recipe_refuses_bad_options_before_work(raw_corpus, tmp_path, extra, mes
     proc = recipe(raw_corpus, tmp_path / "work", extra, check=False)
     assert proc.returncode != 0 and message in proc.stderr, proc.stderr
     assert not (tmp_path / "work").exists()
+
+
+def test_pattern_pos_from_a_data_bin_needs_tags(tmp_path):
+    """The POS pattern tags the prepared source text; from a data-bin the recipe asks for the tags files."""
+    (tmp_path / "bin").mkdir()
+    proc = run(RECIPE + ["--data-bin", str(tmp_path / "bin"), "-s", "en", "-t", "de", "--work-dir",
+                         str(tmp_path / "work"), "--steps", "pattern_pos"], check=False)
+    assert proc.returncode != 0 and f"write {tmp_path / 'work'}/tags/train.tags" in proc.stderr, proc.stderr
+    assert not (tmp_path / "work").exists()

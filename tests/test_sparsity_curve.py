@@ -34,14 +34,59 @@ FUNCTION_WORDS = "".join(f"the{i}\n" for i in range(12))
 
 
 def test_token_types_join_pieces_into_words():
-    pieces = ["The", "new@@", "york", "Times", ",", "&quot;", "wasn", "n't", "--", "€", "d@@", "og", "."]
+    pieces = ["The", "new@@", "york", "Times", ",", "&quot;", "wasn", "n't", "--", "€", "d@@", "og", ".", "2.0"]
+    # a word of several pieces: bpeh for its first piece, bpeo for the others (Zhang, Titov & Sennrich 2021 Sec. 6)
     assert tt.piece_types(pieces, "@@") == [
-        "function", "content", "content", "content", "punct", "punct", "content", "function", "punct", "punct",
-        "content", "content", "punct"]
+        "function", "bpeh", "bpeo", "content", "punct", "punct", "content", "function", "punct", "punct",
+        "bpeh", "bpeo", "punct", "other"]
+    assert tt.piece_types(pieces[:3], "@@", subwords=False) == ["function", "content", "content"]
     # without the marker every piece is a word: "d@@" and "og" are content words each
     assert tt.piece_types(["to@@", "day"], None) == ["content", "content"]
-    assert tt.piece_types(["to@@", "day"], "@@") == ["content", "content"]  # "today" is no function word
+    assert tt.piece_types(["to@@", "day"], "@@", subwords=False) == ["content", "content"]  # no function word
     assert tt.piece_types(["\u2581of", "\u2581the"], None) == ["function", "function"]  # sentencepiece mark
+
+
+def test_tag_groups_and_tags_per_word_or_piece():
+    """Footnote 9: function CC IN RP TO UH DT WP; content MD JJ* NN* RB* VB*; punctuation; the rest other."""
+    assert [tt.tag_type(t) for t in ("CC", "IN", "RP", "TO", "UH", "DT", "WP")] == ["function"] * 7
+    assert [tt.tag_type(t) for t in ("MD", "JJR", "NNPS", "RBS", "VBZ")] == ["content"] * 5
+    assert [tt.tag_type(t) for t in (".", ",", "``", "-LRB-", "HYPH")] == ["punct"] * 5
+    assert [tt.tag_type(t) for t in ("CD", "EX", "FW", "SYM", "PRP", "WDT")] == ["other"] * 6
+    pieces = ["There", "are", "new@@", "york", "3", "."]
+    per_word = ["EX", "VBP", "NNP", "CD", "."]
+    assert tt.piece_types(pieces, "@@", tags=per_word) == ["other", "content", "bpeh", "bpeo", "other", "punct"]
+    per_piece = ["EX", "VBP", "NNP", "XX", "CD", "."]  # a word's first piece's tag counts
+    assert tt.piece_types(pieces, "@@", tags=per_piece, subwords=False) == [
+        "other", "content", "content", "content", "other", "punct"]
+    with pytest.raises(ValueError, match="4 tags for 5 words"):
+        tt.piece_types(pieces, "@@", tags=per_word[:4])
+
+
+def test_read_tags_checks_lines_and_counts(tmp_path):
+    sentences = [["a", "new@@", "york"], ["b", "."]]
+    good = tmp_path / "good.tags"
+    good.write_text("DT NNP\nNN . \n")  # per word, then per piece
+    assert tt.read_tags(str(good), sentences, "@@") == [["DT", "NNP"], ["NN", "."]]
+    (tmp_path / "short.tags").write_text("DT NNP\n")
+    with pytest.raises(ValueError, match="short.tags has 1 lines, the split 2 sentences"):
+        tt.read_tags(str(tmp_path / "short.tags"), sentences, "@@")
+    (tmp_path / "count.tags").write_text("DT NNP\nNN . X\n")
+    with pytest.raises(ValueError, match="count.tags line 2: 3 tags for a sentence of 2 words"):
+        tt.read_tags(str(tmp_path / "count.tags"), sentences, "@@")
+
+
+def test_char_positions_in_words():
+    """Fig. 6: 0 at a word's first character, 1 at its last; boundaries and one-character words have none."""
+    chars = list("ab_c_def") + ["_"]
+    assert tt.char_positions(chars, "_") == [0.0, 1.0, None, None, None, 0.0, 0.5, 1.0, None]
+    counts = tt.PrunedPositions(bins=2)
+    counts.add(tt.char_positions(chars, "_"), [True, False, True, True, False, False, True, True, True])
+    rows = counts.rows()
+    assert [(r["chars"], r["pruned"]) for r in rows] == [(2, 1), (3, 2)]  # 0.5 falls in the second bin
+    assert [r["share_pruned"] for r in rows] == [0.5, pytest.approx(2 / 3)]
+    assert [r["share_of_pruned"] for r in rows] == [pytest.approx(1 / 3), pytest.approx(2 / 3)]
+
+
     assert [tt.is_punctuation(w) for w in ("", "a.", "...", "«", "1")] == [False, False, True, True, False]
     assert [tt.continuation_marker(v) for v in (None, "@@ ", "subword_nmt", "sentencepiece")] == [None, "@@", "@@", None]
     assert {"the", "of", "and", "is", "not", "n't", "she"} <= tt.ENGLISH_FUNCTION_WORDS
@@ -52,8 +97,9 @@ def test_pruned_share_per_type_and_word_list_file(tmp_path):
     counts = tt.PrunedByType()
     counts.add(["punct", "function", "function", "content"], [True, True, False, False])
     counts.add(["content"], [True])
-    assert counts.shares() == {"punct": 1.0, "function": 0.5, "content": 0.5}
-    assert tt.PrunedByType().shares() == {"punct": None, "function": None, "content": None}
+    assert counts.shares() == {"punct": 1.0, "function": 0.5, "content": 0.5, "other": None, "bpeh": None,
+                               "bpeo": None}
+    assert set(tt.PrunedByType().shares().values()) == {None}
     path = tmp_path / "fw.txt"
     path.write_text("# German\nDer\n\ndie\n")
     assert tt.read_function_words(str(path)) == {"der", "die"}
@@ -218,6 +264,16 @@ def test_l0drop_pruning_counts_by_hand(corpus, schedule_run, tmp_path):
     assert got["pruned_function"] == pytest.approx(float((pruned & function).sum() / function.sum()))
     assert got["pruned_content"] == pytest.approx(float((pruned & content).sum() / content.sum()))
     assert got["pruned_punct"] is None and encoder.pruned_decoding  # restored after the measurement
+    # the same types from part-of-speech tags (one per word), and positions with a word-separating token
+    ids = sample["id"].tolist()
+    tags = {sid: ["DT" if src_dict[t] in words else "NN" for t in row if t not in (src_dict.pad(), src_dict.eos())]
+            for sid, row in zip(ids, tokens.tolist())}
+    tagged = sc.l0drop_pruning(encoder, [sample], src_dict, None, frozenset(), tags, char_boundary="the0")
+    for t in ("function", "content"):
+        assert tagged[f"pruned_{t}"] == pytest.approx(got[f"pruned_{t}"])
+    bins = tagged["char_positions"]
+    assert sum(b["share_of_pruned"] for b in bins) == pytest.approx(1.0)
+    assert 0 < sum(b["chars"] for b in bins) < got["tokens"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -225,7 +281,7 @@ def test_l0drop_pruning_counts_by_hand(corpus, schedule_run, tmp_path):
 
 
 @pytest.mark.parametrize("case", ["existing_output", "empty_save_dir", "no_gates", "both", "neither", "no_data",
-                                  "corrupt"])
+                                  "corrupt", "tags_lines", "tags_without_l0drop"])
 def test_bad_input_refused(case, corpus, schedule_run, tmp_path, capsys):
     out, stock = tmp_path / "curve", schedule_run["control"]
     ckpt = os.path.join(schedule_run["save"], f"checkpoint_1_{HOLD}.pt")
@@ -233,6 +289,7 @@ def test_bad_input_refused(case, corpus, schedule_run, tmp_path, capsys):
     (tmp_path / "empty" / "checkpoint_last.pt").write_bytes(open(ckpt, "rb").read())
     (tmp_path / "bad.pt").write_bytes(open(ckpt, "rb").read()[:5000])
     (tmp_path / "curve.tsv").write_text("old\n") if case == "existing_output" else None
+    (tmp_path / "test.tags").write_text("NN\n")
     base = ["--output-prefix", str(out)] + EVAL
     argv, expect = {
         "existing_output": ([corpus["bin"], "--checkpoints", ckpt] + base, f"{out}.tsv exists; pass --overwrite"),
@@ -244,6 +301,10 @@ def test_bad_input_refused(case, corpus, schedule_run, tmp_path, capsys):
         "neither": ([corpus["bin"]] + base, "one of the arguments --checkpoints --save-dir is required"),
         "no_data": ([str(tmp_path / "nodata"), "--checkpoints", ckpt] + base, "data directory not found"),
         "corrupt": ([corpus["bin"], "--checkpoints", ckpt, str(tmp_path / "bad.pt")] + base, "truncated or corrupt"),
+        "tags_lines": ([corpus["bin"], "--checkpoints", ckpt, "--tags", str(tmp_path / "test.tags")] + base,
+                       f"--tags: {tmp_path / 'test.tags'} has 1 lines, the split 60 sentences"),
+        "tags_without_l0drop": ([corpus["bin"], "--checkpoints", stock, "--tags", str(tmp_path / "test.tags")] + base,
+                                "has no L0Drop gates"),
     }[case]
     with pytest.raises(SystemExit) as e:
         cli.main(argv)

@@ -183,6 +183,17 @@ def plot_pruned_by_type(series, path: str, title: str) -> str:
                      "% of the type's source tokens pruned")
 
 
+def plot_pruned_positions(series, path: str) -> str:
+    """Where inside a word the pruned characters of a character-level source sit (Zhang, Titov & Sennrich
+    2021, Fig. 6): per (label, bin rows of ``token_types.PrunedPositions``), each bin's share of the pruned
+    characters against the bin's centre (0: a word's first character, 1: its last)."""
+    lines = [(label, [(b["from"] + b["to"]) / 2 for b in bins],
+              [None if b["share_of_pruned"] is None else 100 * b["share_of_pruned"] for b in bins])
+             for label, bins in series]
+    return line_plot(lines, path, "Position of pruned characters in their word (Zhang, Titov & Sennrich 2021, "
+                     "Fig. 6)", "relative position in the word", "% of the pruned characters")
+
+
 # ------------------------------------------------------------------------------------------------
 # encoder-decoder attention: fairseq-sparse-attention (alignment per layer: Yang et al. 2020, Fig. 4;
 # L0Drop kept vs pruned: Zhang, Titov & Sennrich 2021, Figs. 1/7/8)

@@ -69,13 +69,23 @@ def state_updates(state: Mapping) -> Optional[int]:
     return None if n is None else int(n)
 
 
-def criterion_options(state: Mapping) -> dict:
-    """The checkpoint's criterion options (``cfg["criterion"]``, or the old ``args`` namespace)."""
+def _options(state: Mapping, part: str) -> dict:
     cfg = state.get("cfg")
     if cfg is not None:
-        return dict(cfg.get("criterion") or {})
+        value = cfg.get(part) or {}
+        return dict(vars(value)) if hasattr(value, "__dict__") and not isinstance(value, Mapping) else dict(value)
     args = state.get("args")
     return dict(vars(args)) if args is not None else {}
+
+
+def criterion_options(state: Mapping) -> dict:
+    """The checkpoint's criterion options (``cfg["criterion"]``, or the old ``args`` namespace)."""
+    return _options(state, "criterion")
+
+
+def model_options(state: Mapping) -> dict:
+    """The checkpoint's model options (``cfg["model"]``, a namespace for our models, or the old ``args``)."""
+    return _options(state, "model")
 
 
 def checkpoint_gates(model_state: Mapping) -> Dict[str, bool]:
@@ -112,8 +122,9 @@ def describe_checkpoint(path: str) -> dict:
     state = read_state(path)
     criterion = criterion_options(state)
     updates = state_updates(state)
-    return {"path": path, "updates": updates, "targets": checkpoint_targets(criterion, updates),
-            "gates": checkpoint_gates(state.get("model") or {}),
+    gates = checkpoint_gates(state.get("model") or {})
+    gates["l0drop"] = gates["l0drop"] or (model_options(state).get("encoder_output_pattern") or "none") != "none"
+    return {"path": path, "updates": updates, "targets": checkpoint_targets(criterion, updates), "gates": gates,
             "hold": int(criterion.get("sparsity_target_hold_updates") or 0),
             "stages": max([len(v) for v in target_schedules(criterion).values()] + [0])}
 
@@ -151,28 +162,37 @@ def head_gate_sparsity(model) -> Dict[str, float]:
 
 
 def l0drop_pruning(encoder, samples: Iterable[dict], dictionary, separator: Optional[str],
-                   function_words=tt.ENGLISH_FUNCTION_WORDS) -> dict:
-    """L0Drop on the source sentences of ``samples`` (Zhang, Titov & Sennrich 2021, Fig. 4 and Fig. 5):
-    {"l0drop": pruned / tokens, "tokens", "pruned"} over every non-padding token (EOS included) and
+                   function_words=tt.ENGLISH_FUNCTION_WORDS, tags: Optional[Mapping[int, Sequence[str]]] = None,
+                   char_boundary: Optional[str] = None) -> dict:
+    """L0Drop (or a rule-based pattern) on the source sentences of ``samples`` (Zhang, Titov & Sennrich 2021,
+    Figs. 4-6): {"l0drop": pruned / tokens, "tokens", "pruned"} over every non-padding token (EOS included),
     {"pruned_<type>": share of that type's pieces pruned} over the word pieces (EOS, BOS excluded; words
-    joined at ``separator``, :func:`.token_types.piece_types`)."""
+    joined at ``separator``, types from ``tags`` {sentence id: tags} when given, :func:`.token_types.piece_types`)
+    and, for a character-level source with the space symbol ``char_boundary``, {"char_positions": rows of
+    :class:`.token_types.PrunedPositions`}."""
     specials = {dictionary[dictionary.eos()], dictionary[dictionary.bos()], dictionary[dictionary.pad()]}
     by_type = tt.PrunedByType()
+    positions = tt.PrunedPositions()
     n = pruned = 0
     was_pruned_decoding = getattr(encoder, "pruned_decoding", None)
     encoder.pruned_decoding = False  # the same gates either way; no compressed memory needed
     try:
         rows = source_token_gates(encoder, samples, dictionary)
-        for _, sentence in itertools.groupby(rows, key=lambda r: r[0]):
+        for sid, sentence in itertools.groupby(rows, key=lambda r: r[0]):
             sentence = [(tok, g == 0) for _, _, tok, g in sentence]
             n += len(sentence)
             pruned += sum(p for _, p in sentence)
-            words = [(tok, p) for tok, p in sentence if tok not in specials]
-            by_type.add(tt.piece_types([w for w, _ in words], separator, function_words), [p for _, p in words])
+            pieces = [tok for tok, p in sentence if tok not in specials]
+            kept = [p for tok, p in sentence if tok not in specials]
+            by_type.add(tt.piece_types(pieces, separator, function_words, None if tags is None else tags[sid]), kept)
+            if char_boundary is not None:
+                positions.add(tt.char_positions(pieces, char_boundary), kept)
     finally:
         encoder.pruned_decoding = was_pruned_decoding
     out = {"l0drop": pruned / n if n else None, "tokens": n, "pruned": pruned}
     out.update({f"pruned_{t}": v for t, v in by_type.shares().items()})
+    if char_boundary is not None:
+        out["char_positions"] = positions.rows()
     return out
 
 
@@ -186,6 +206,7 @@ def curve_row(info: dict, bleu: float, sparsity: Mapping[str, Optional[float]], 
     row.update({f"target_{k}": (None if baseline else info["targets"].get(k)) for k in SPARSITY_KEYS})
     row.update({f"{k}_sparsity": sparsity.get(k) for k in SPARSITY_KEYS})
     row.update({f"pruned_{t}": sparsity.get(f"pruned_{t}") for t in tt.TOKEN_TYPES})
+    row["char_positions"] = sparsity.get("char_positions")
     return row
 
 

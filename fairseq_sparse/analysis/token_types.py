@@ -1,24 +1,48 @@
-"""Coarse token types of source words, for "which encodings does L0Drop prune first?" (Zhang, Titov &
-Sennrich 2021, Sec. 6 and Fig. 5: punctuation and function words are pruned before content words).
+"""Token types of source pieces, for "which encodings does L0Drop prune first?" (Zhang, Titov & Sennrich
+2021, Sec. 6, Fig. 5: punctuation and function words before content words, other subword pieces before
+the first piece of a word) and, for character-level sources, where inside a word the pruned characters
+sit (their Fig. 6).
 
-Three types, decided per *word* (subword pieces joined) and given to each of its pieces:
+Six types, the paper's (Sec. 6 and footnote 9). A word split into several subword pieces gives ``bpeh``
+to its first piece and ``bpeo`` to the others, whatever the word is. A word of one piece gets the type of
+the word:
 
-* ``punct``: every character is Unicode punctuation or a symbol (categories P* and S*), after undoing
-  Moses' HTML escapes (``&quot;`` -> ``"``);
-* ``function``: the lower-cased word is in a closed-class word list (built in: :data:`ENGLISH_FUNCTION_WORDS`;
-  other source languages bring their own list, one word per line);
-* ``content``: everything else.
-
-A first, coarse cut; part-of-speech types as in the paper's Fig. 5 come later.
+* with part-of-speech tags (Penn Treebank, one per word or per piece; :func:`read_tags`), the paper's
+  groups (:func:`tag_type`): ``function`` CC IN RP TO UH DT WP, ``content`` MD JJ* NN* RB* VB*,
+  ``punct`` the punctuation tags, ``other`` every other tag (CD, EX, FW, SYM, PRP, ...);
+* without tags, a fallback from the word itself (:func:`word_type`): ``punct`` if every character is
+  Unicode punctuation or a symbol (after undoing Moses' HTML escapes), ``function`` if the lower-cased word
+  is in a closed-class word list (built in: :data:`ENGLISH_FUNCTION_WORDS`; other languages bring their own),
+  ``other`` if it has digits and no letter (numbers), ``content`` otherwise. The fallback's function words
+  are a list, not the tagger's decision: pronouns count as function words there, as ``other`` with tags.
 """
 import html
 import unicodedata
-from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence
+from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
 
 from .alignment import word_ids
 
-PUNCT, FUNCTION, CONTENT = "punct", "function", "content"
-TOKEN_TYPES = (PUNCT, FUNCTION, CONTENT)
+PUNCT, FUNCTION, CONTENT, OTHER, BPEH, BPEO = "punct", "function", "content", "other", "bpeh", "bpeo"
+TOKEN_TYPES = (PUNCT, FUNCTION, CONTENT, OTHER, BPEH, BPEO)
+TYPE_NAMES = {PUNCT: "punctuation", FUNCTION: "function words", CONTENT: "content words", OTHER: "other words",
+              BPEH: "first pieces of split words (BPEH)", BPEO: "other pieces of split words (BPEO)"}
+
+#: Zhang, Titov & Sennrich 2021, footnote 9 (Penn Treebank tags; JJ, NN, RB, VB with their variants)
+FUNCTION_TAGS = frozenset("CC IN RP TO UH DT WP".split())
+CONTENT_TAG_PREFIXES = ("MD", "JJ", "NN", "RB", "VB")
+#: Penn Treebank punctuation tags (and spaCy's HYPH, NFP)
+PUNCT_TAGS = frozenset([".", ",", ":", "``", "''", "-LRB-", "-RRB-", "(", ")", "#", "$", "HYPH", "NFP"])
+#: the Penn Treebank tags (and spaCy's additions) that tag ids number: a tag's id is its index + 2 (0: no tag,
+#: for EOS and padding; 1: a tag not in this list)
+PENN_TAGS = tuple("CC CD DT EX FW IN JJ JJR JJS LS MD NN NNS NNP NNPS PDT POS PRP PRP$ RB RBR RBS RP SYM TO UH VB "
+                  "VBD VBG VBN VBP VBZ WDT WP WP$ WRB . , : `` '' -LRB- -RRB- ( ) # $ HYPH NFP ADD AFX XX _SP".split())
+NO_TAG, UNKNOWN_TAG = 0, 1
+_TAG_IDS = {t: k + 2 for k, t in enumerate(PENN_TAGS)}
+
+
+def tag_id(tag: str) -> int:
+    """The id of a tag (:data:`PENN_TAGS`; :data:`UNKNOWN_TAG` for any other)."""
+    return _TAG_IDS.get(tag, UNKNOWN_TAG)
 
 #: English closed-class words, lower-cased: determiners, pronouns, prepositions, conjunctions,
 #: auxiliaries and modals, particles and the clitics of Moses-tokenised text ('s, n't)
@@ -58,11 +82,27 @@ def is_punctuation(word: str) -> bool:
 
 
 def word_type(word: str, function_words: Iterable[str] = ENGLISH_FUNCTION_WORDS) -> str:
-    """``punct``, ``function`` or ``content`` of one (joined, tokenised) word."""
+    """The type of one (joined, tokenised) word without tags: ``punct``, ``function``, ``other`` (digits, no
+    letter) or ``content`` (see the module docstring)."""
     word = html.unescape(word)
     if is_punctuation(word):
         return PUNCT
-    return FUNCTION if word.lower() in function_words else CONTENT
+    if word.lower() in function_words:
+        return FUNCTION
+    if any(c.isdigit() for c in word) and not any(c.isalpha() for c in word):
+        return OTHER
+    return CONTENT
+
+
+def tag_type(tag: str) -> str:
+    """The type of a word with this Penn Treebank tag (Zhang, Titov & Sennrich 2021, footnote 9)."""
+    if tag in FUNCTION_TAGS:
+        return FUNCTION
+    if tag.startswith(CONTENT_TAG_PREFIXES):
+        return CONTENT
+    if tag in PUNCT_TAGS:
+        return PUNCT
+    return OTHER
 
 
 def continuation_marker(remove_bpe: Optional[str]) -> Optional[str]:
@@ -75,17 +115,126 @@ def continuation_marker(remove_bpe: Optional[str]) -> Optional[str]:
     return None
 
 
-def piece_types(pieces: Sequence[str], separator: Optional[str],
-                function_words: Iterable[str] = ENGLISH_FUNCTION_WORDS) -> List[str]:
-    """The type of each subword piece: that of its word (pieces ending with ``separator`` joined to the next,
-    as :func:`fairseq_sparse.analysis.alignment.word_ids`; sentencepiece's word-start mark dropped)."""
+def words_of(pieces: Sequence[str], separator: Optional[str]) -> Tuple[List[int], List[str]]:
+    """(word index of each piece, text of each word): pieces ending with ``separator`` joined to the next, as
+    :func:`fairseq_sparse.analysis.alignment.word_ids`; sentencepiece's word-start mark dropped."""
     ids = word_ids(pieces, separator)
-    words: Dict[int, str] = {}
+    words: List[str] = [""] * (ids[-1] + 1 if ids else 0)
     for w, p in zip(ids, pieces):
         piece = p[: -len(separator)] if separator and p.endswith(separator) else p
-        words[w] = words.get(w, "") + piece.replace("\u2581", "")
-    types = {w: word_type(text, function_words) for w, text in words.items()}
-    return [types[w] for w in ids]
+        words[w] += piece.replace("\u2581", "")
+    return ids, words
+
+
+def word_tags(pieces: Sequence[str], tags: Sequence[str], separator: Optional[str]) -> Tuple[List[int], List[str]]:
+    """(word index of each piece, one tag per word) from ``tags`` given one per word or one per piece (a word's
+    first piece's tag counts); ValueError if their number fits neither."""
+    ids, words = words_of(pieces, separator)
+    if len(tags) == len(pieces) and len(tags) != len(words):
+        first: Dict[int, str] = {}
+        for w, t in zip(ids, tags):
+            first.setdefault(w, t)
+        tags = [first[w] for w in range(len(words))]
+    if len(tags) != len(words):
+        raise ValueError(f"{len(tags)} tags for {len(words)} words ({len(pieces)} pieces)")
+    return ids, list(tags)
+
+
+def piece_types(pieces: Sequence[str], separator: Optional[str],
+                function_words: Iterable[str] = ENGLISH_FUNCTION_WORDS, tags: Optional[Sequence[str]] = None,
+                subwords: bool = True) -> List[str]:
+    """The type of each piece (module docstring): ``bpeh`` / ``bpeo`` for the pieces of a word split in
+    several (unless ``subwords`` is False), else the word's type, from ``tags`` (one per word or one per
+    piece, where a word's first piece's tag counts) when given, else from the word itself."""
+    if tags is not None:
+        ids, per_word = word_tags(pieces, tags, separator)
+        types = [tag_type(t) for t in per_word]
+    else:
+        ids, words = words_of(pieces, separator)
+        types = [word_type(text, function_words) for text in words]
+    out = [types[w] for w in ids]
+    if subwords:
+        size = {w: ids.count(w) for w in set(ids)}
+        out = [t if size[w] == 1 else (BPEH if k == 0 or ids[k - 1] != w else BPEO)
+               for k, (w, t) in enumerate(zip(ids, out))]
+    return out
+
+
+def piece_tag_ids(pieces: Sequence[str], tags: Sequence[str], separator: Optional[str]) -> List[int]:
+    """The :func:`tag_id` of each piece: its word's tag (``tags`` one per word or one per piece)."""
+    ids, per_word = word_tags(pieces, tags, separator)
+    return [tag_id(per_word[w]) for w in ids]
+
+
+def read_tags(path: str, sentences: Sequence[Sequence[str]], separator: Optional[str]) -> List[List[str]]:
+    """The part-of-speech tags of ``path``: one line per sentence of ``sentences`` (the split's source pieces,
+    specials excluded), whitespace-separated tags, one per word (pieces joined at ``separator``) or one per
+    piece. ValueError naming the file and the first line that does not match."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().split("\n")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"cannot read tags from {path}: {e}") from None
+    if lines and lines[-1] == "":
+        lines.pop()
+    if len(lines) != len(sentences):
+        raise ValueError(f"{path} has {len(lines)} lines, the split {len(sentences)} sentences")
+    tags = []
+    for n, (line, pieces) in enumerate(zip(lines, sentences), start=1):
+        row = line.split()
+        n_words = len(words_of(pieces, separator)[1])
+        if len(row) not in (n_words, len(pieces)):
+            raise ValueError(f"{path} line {n}: {len(row)} tags for a sentence of {n_words} words "
+                             f"({len(pieces)} pieces)")
+        tags.append(row)
+    return tags
+
+
+def char_positions(chars: Sequence[str], boundary: str) -> List[Optional[float]]:
+    """Relative position inside its word of each character of a character-level source, 0 at the word's first
+    and 1 at its last character (Zhang, Titov & Sennrich 2021, Fig. 6); None for ``boundary`` (the space
+    symbol) and for words of one character."""
+    out: List[Optional[float]] = []
+    word: List[int] = []
+
+    def close():
+        for i, k in enumerate(word):
+            out[k] = i / (len(word) - 1) if len(word) > 1 else None
+        word.clear()
+
+    for k, c in enumerate(chars):
+        out.append(None)
+        if c == boundary:
+            close()
+        else:
+            word.append(k)
+    close()
+    return out
+
+
+class PrunedPositions:
+    """Pruned characters by relative position inside their word, in ``bins`` equal bins of [0, 1] (Fig. 6)."""
+
+    def __init__(self, bins: int = 10):
+        self.bins = bins
+        self.count = [0] * bins
+        self.pruned = [0] * bins
+
+    def add(self, positions: Sequence[Optional[float]], pruned: Sequence[bool]):
+        for x, p in zip(positions, pruned):
+            if x is None:
+                continue
+            b = min(int(x * self.bins), self.bins - 1)
+            self.count[b] += 1
+            self.pruned[b] += int(bool(p))
+
+    def rows(self) -> List[dict]:
+        """Per bin: its range, characters, pruned ones, the share of the bin pruned and the bin's share of all
+        pruned characters (the distribution Fig. 6 draws)."""
+        total = sum(self.pruned)
+        return [{"from": b / self.bins, "to": (b + 1) / self.bins, "chars": self.count[b], "pruned": self.pruned[b],
+                 "share_pruned": self.pruned[b] / self.count[b] if self.count[b] else None,
+                 "share_of_pruned": self.pruned[b] / total if total else None} for b in range(self.bins)]
 
 
 class PrunedByType:

@@ -13,13 +13,17 @@ epoch), by updates. Per checkpoint (and the unpruned
 SequenceGenerator and sacrebleu, as ``fairseq-sparse-head-importance evaluate``), the L0Drop sparsity rate
 (share of non-padding source tokens, EOS included, with g_hat = 0), the share of gated heads closed
 (g_hat = 0) overall and per attention type, the update count and the target the checkpoint was trained at
-last, and the share of pruned source pieces per token type: punctuation, function words, content words
-(words joined at the --remove-bpe marker; a first cut, the full token-type analysis comes later).
+last, and the share of pruned source pieces per token type (Zhang, Titov & Sennrich 2021 Sec. 6): the first
+piece of a word split in several (bpeh), its other pieces (bpeo), and for words of one piece punctuation,
+function words, content words and other, from --tags (Penn Treebank tags, the paper's groups) or, without
+tags, from the word itself (a word list; numbers are other). Words are joined at the --remove-bpe marker.
+Rule-based pattern checkpoints (--encoder-output-pattern) count as L0Drop.
 
 Writes OUT.tsv (one row per model; floats %.6g, NA where a value does not apply), OUT.png (BLEU against
 the L0Drop sparsity rate, or the share of heads closed without L0Drop; points labelled with their target)
 and, with L0Drop, OUT_token_types.png (share pruned per token type against the sparsity rate; Zhang, Titov
-& Sennrich 2021 Fig. 5). Every input is checked before any model is loaded, a checkpoint without gates
+& Sennrich 2021 Fig. 5); with --char-boundary (a character-level source), OUT_char_positions.png and .tsv:
+where inside a word the pruned characters sit (their Fig. 6). Every input is checked before any model is loaded, a checkpoint without gates
 (no L0Drop, no head gates) is refused by name, and existing outputs are refused unless --overwrite.
 """
 import argparse
@@ -85,10 +89,18 @@ def get_parser():
     g.add_argument("--function-words", metavar="FILE", default=None,
                    help="closed-class words of the source language, one per line (default: a built-in English "
                         "list of about 190 determiners, pronouns, prepositions, conjunctions, auxiliaries and "
-                        "particles; the full token-type analysis comes later)")
+                        "particles)")
+    g.add_argument("--tags", metavar="FILE", default=None,
+                   help="part-of-speech tags of --gen-subset's source side: one line per sentence, Penn Treebank "
+                        "tags, one per word (pieces joined at the --remove-bpe marker) or one per piece; the "
+                        "token types then follow the paper's tag groups")
+    g.add_argument("--char-boundary", metavar="SYMBOL", default=None,
+                   help="a character-level source whose words are separated by the token SYMBOL (e.g. '_'): also "
+                        "the position of the pruned characters inside their word (Fig. 6)")
     g = p.add_argument_group("output and logging")
     g.add_argument("--output-prefix", required=True, metavar="OUT",
-                   help="writes OUT.tsv, OUT.png and (with L0Drop) OUT_token_types.png")
+                   help="writes OUT.tsv, OUT.png and (with L0Drop) OUT_token_types.png, and with --char-boundary "
+                        "OUT_char_positions.png and OUT_char_positions.tsv")
     common.add_overwrite_arg(g)
     common.add_progress_args(g)
     return p
@@ -127,7 +139,9 @@ def checkpoint_paths(args):
 
 def output_paths(args):
     return {"tsv": args.output_prefix + ".tsv", "png": args.output_prefix + ".png",
-            "types": args.output_prefix + "_token_types.png"}
+            "types": args.output_prefix + "_token_types.png",
+            "chars_png": args.output_prefix + "_char_positions.png",
+            "chars_tsv": args.output_prefix + "_char_positions.tsv"}
 
 
 def check_inputs_and_outputs(args):
@@ -139,6 +153,10 @@ def check_inputs_and_outputs(args):
     if args.baseline is not None:
         common.check_checkpoint_file(args.baseline, "--baseline")
     words = tt.ENGLISH_FUNCTION_WORDS
+    if args.tags is not None:
+        common.check_input_files(("--tags", args.tags))
+    if args.char_boundary is not None and not args.char_boundary.strip():
+        raise ToolError("--char-boundary: give the token that separates words (e.g. '_')")
     if args.function_words is not None:
         common.check_input_files(("--function-words", args.function_words))
         try:
@@ -147,7 +165,7 @@ def check_inputs_and_outputs(args):
             raise ToolError(f"--function-words: {e}") from None
     out = output_paths(args)
     common.check_output_files([("--output-prefix", out["tsv"]), ("--output-prefix", out["png"])], args.overwrite,
-                              inputs=paths + [args.baseline, args.function_words])
+                              inputs=paths + [args.baseline, args.function_words, args.tags])
     return paths, words
 
 
@@ -175,8 +193,13 @@ def describe(args, paths):
         logger.warning(f"no checkpoint at the end of the targets at updates {missing}: fairseq names a save at an "
                        "epoch's last update checkpoint<epoch>.pt, which --no-epoch-checkpoints suppresses")
     if any(i["gates"]["l0drop"] for i in infos):
-        common.check_output_files([("--output-prefix", output_paths(args)["types"])], args.overwrite,
-                                  inputs=paths + [args.baseline, args.function_words])
+        out = output_paths(args)
+        names = ["types"] + (["chars_png", "chars_tsv"] if args.char_boundary else [])
+        common.check_output_files([("--output-prefix", out[k]) for k in names], args.overwrite,
+                                  inputs=paths + [args.baseline, args.function_words, args.tags])
+    elif args.tags or args.char_boundary:
+        raise ToolError("--tags / --char-boundary describe pruned source tokens, and no checkpoint has L0Drop gates "
+                        "or an encoder-output pattern")
     return infos, (_describe(args.baseline) if args.baseline else None)
 
 
@@ -184,9 +207,26 @@ def describe(args, paths):
 # measuring
 
 
+def split_tags(args, sess):
+    """{sentence id: tags} of --gen-subset from --tags, checked against the split's source pieces (ToolError
+    naming the first line that does not match), or None without --tags."""
+    if args.tags is None:
+        return None
+    if getattr(sess, "tags", None) is None:
+        ds, d = sess.subset(args.gen_subset), sess.task.source_dictionary
+        specials = {d.eos(), d.bos(), d.pad()}
+        sentences = [[d[t] for t in ds[i]["source"].tolist() if t not in specials] for i in range(len(ds))]
+        try:
+            sess.tags = dict(enumerate(tt.read_tags(args.tags, sentences, tt.continuation_marker(args.remove_bpe))))
+        except ValueError as e:
+            raise ToolError(f"--tags: {e}") from None
+    return sess.tags
+
+
 def measure(args, sess, info, function_words, baseline=False):
     """One row of the table: BLEU, sparsities and token types of one checkpoint."""
     model = sess.load(info["path"])
+    tags = split_tags(args, sess)
     ev = sess.evaluator(model)
     bleu = ev.evaluate(None)["bleu"]
     sparsity = sc.head_gate_sparsity(model)
@@ -195,7 +235,8 @@ def measure(args, sess, info, function_words, baseline=False):
         batches = common.length_sorted_batches(ds, ev.ids, args.batch_size)
         samples = (common.collate(ds, b, sess.use_cuda) for b in batches)
         sparsity.update(sc.l0drop_pruning(model.encoder, samples, sess.task.source_dictionary,
-                                          tt.continuation_marker(args.remove_bpe), function_words))
+                                          tt.continuation_marker(args.remove_bpe), function_words, tags,
+                                          args.char_boundary))
     row = sc.curve_row(info, bleu, sparsity, baseline)
     shares = [f"{k} sparsity {v:.3f}" for k, v in sparsity.items() if k in sc.SPARSITY_KEYS and v is not None]
     logger.info(f"{info['path']}: BLEU {bleu:.2f} on {len(ev.ids)} sentences of '{args.gen_subset}'"
@@ -212,7 +253,7 @@ def _fmt(v, spec=".3f"):
 
 
 def write_outputs(args, rows):
-    from fairseq_sparse.analysis.plotting import plot_pruned_by_type, plot_sparsity_curve
+    from fairseq_sparse.analysis.plotting import plot_pruned_by_type, plot_pruned_positions, plot_sparsity_curve
 
     out = output_paths(args)
     written = [out["tsv"], out["png"]]
@@ -229,6 +270,15 @@ def write_outputs(args, rows):
         plot_pruned_by_type(sc.token_type_series(rows), out["types"],
                             "Source tokens pruned per token type (Zhang, Titov & Sennrich 2021, Fig. 5)")
         written.append(out["types"])
+    chars = [r for r in rows if r.get("char_positions")]
+    if args.char_boundary and chars:
+        header = ["checkpoint", "l0drop_sparsity", "from", "to", "chars", "pruned", "share_pruned", "share_of_pruned"]
+        common.write_tsv(out["chars_tsv"], header, ([r["checkpoint"], r["l0drop_sparsity"]] + [b[k] for k in header[2:]]
+                                                    for r in chars for b in r["char_positions"]),
+                         float_spec="{:.6g}", none="NA")
+        plot_pruned_positions([(f"sparsity {r['l0drop_sparsity']:.2f}", r["char_positions"]) for r in chars],
+                              out["chars_png"])
+        written += [out["chars_tsv"], out["chars_png"]]
     return written
 
 

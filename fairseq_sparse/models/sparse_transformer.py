@@ -14,6 +14,7 @@ starts), build (fairseq's ``TransformerModel.build_model`` with our ``build_deco
 A checkpoint without our parameters (e.g. stock ``transformer``) loads: missing gate parameters take
 their initial values, parameters of sub-layers a layout lacks are dropped (``upgrade_state_dict_named``).
 """
+import json
 import logging
 from dataclasses import dataclass, field, fields
 from typing import Optional
@@ -38,6 +39,7 @@ from ..modules.attention_normalisers import (
     attention_normaliser_defaults,
     check_attention_normaliser_args,
 )
+from ..modules.coverage_attention import Coverage
 from ..modules.decoder_layer import (
     STANDARD_BLOCKS,
     DecoderLayoutConfig,
@@ -134,6 +136,15 @@ def parse_head_gate_types(value):
 def check_head_gate_args(args):
     """Validate before anything is built (bad input fails before training or decoding starts)."""
     parse_head_gate_types(args.head_gates)
+    kept = args.kept_heads
+    if getattr(args, "encdec_attention_coverage", False) and kept:
+        try:
+            kept = json.loads(kept) if isinstance(kept, str) else kept
+        except ValueError:
+            kept = {}  # apply_kept_heads names the JSON error
+        if any(len(layer) < args.decoder_attention_heads for layer in kept.get("encdec", [])):
+            raise ValueError("--encdec-attention-coverage reads every encoder-decoder head: physically pruned "
+                             "encoder-decoder heads (--kept-heads) are not supported with it; prune enc / dec heads only")
     check_gate_options("--head-gates", args.head_gates_beta, args.head_gates_gamma, args.head_gates_zeta,
                        "init-log-alpha", args.head_gates_init_log_alpha)
     if args.head_gates_penalty not in ("sum", "layer_mean"):
@@ -166,12 +177,12 @@ def freeze_decoder(model):
 
 def fill_missing_sparsity_params(model, state_dict, name):
     """Let fine-tuning start from a checkpoint without our gates (e.g. stock ``transformer``): parameters
-    of sparsity modules absent from the checkpoint take their initial values."""
+    of sparsity modules and coverage models absent from the checkpoint take their initial values."""
     prefix = f"{name}." if name else ""
     own = model.state_dict()
     sparse_keys = set()
     for mod_name, module in model.named_modules():
-        if isinstance(module, SparsityModule):
+        if isinstance(module, (SparsityModule, Coverage)):
             sparse_keys.update(f"{mod_name}.{k}" if mod_name else k for k in module.state_dict())
     missing = [k for k in own if k in sparse_keys and prefix + k not in state_dict]
     if missing:
@@ -214,7 +225,8 @@ class SparseTransformerModel(TransformerModel):
     default_head_gates = ""
     #: True: the architecture is the simplified decoder (--simplified-decoder is implied)
     simplified_decoder = False
-    #: the decoder class; None: fairseq's own decoder for the standard layout with softmax attention,
+    #: the decoder class; None: fairseq's own decoder for the standard layout with softmax attention
+    #: without coverage,
     #: :class:`SublayerTransformerDecoder` otherwise
     decoder_cls = None
 
@@ -259,7 +271,8 @@ class SparseTransformerModel(TransformerModel):
         decoder_cls = cls.decoder_cls
         if decoder_cls is None:
             standard = decoder_blocks(args.decoder_sublayer_order, args.simplified_decoder) == STANDARD_BLOCKS
-            if standard and (getattr(args, "encdec_attention_normaliser", None) or "softmax") == "softmax":
+            softmax = (getattr(args, "encdec_attention_normaliser", None) or "softmax") == "softmax"
+            if standard and softmax and not getattr(args, "encdec_attention_coverage", False):
                 return super().build_decoder(args, tgt_dict, embed_tokens)
             decoder_cls = SublayerTransformerDecoder
         cfg = TransformerConfig.from_namespace(args)

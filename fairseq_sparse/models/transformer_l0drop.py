@@ -113,8 +113,10 @@ class L0DropConfig(FairseqDataclass):
     encoder_output_pattern: ChoiceEnum(PATTERNS) = field(
         default="none",
         metadata={"help": "drop encoder outputs by a fixed rule instead of learnt gates (Zhang, Titov & Sennrich 2021 "
-                          "Sec. 7): 'freq' the most frequent source tokens, 'inv-freq' the rarest, 'group' all but "
-                          "every k-th position; decoded through the same compressed memory as L0Drop"},
+                          "Sec. 7): 'pos' function words, punctuation, MD, EX and non-initial subword pieces (tags "
+                          "from --task translation_source_tags), 'freq' the most frequent source tokens, 'inv-freq' "
+                          "the rarest, 'group' all but every k-th position; decoded through the same compressed "
+                          "memory as L0Drop"},
     )
     encoder_output_pattern_top_k: Optional[int] = field(
         default=None, metadata={"help": "freq: drop the K most frequent source tokens (the paper: 100)"})
@@ -137,25 +139,26 @@ def check_pattern_args(args):
     """--encoder-output-pattern and its settings: one setting or a rate for the chosen rule, none without."""
     kind = args.encoder_output_pattern
     if kind not in PATTERNS:
-        raise ValueError(f"--encoder-output-pattern must be one of {', '.join(PATTERNS)}, got {kind!r} "
-                         "(the POS pattern needs tags carried with the data and is not implemented)")
+        raise ValueError(f"--encoder-output-pattern must be one of {', '.join(PATTERNS)}, got {kind!r}")
     given = [f for f in list(PATTERN_SETTINGS.values()) + ["encoder_output_pattern_rate"]
              if getattr(args, f, None) is not None]
     option = lambda f: "--" + f.replace("_", "-")  # noqa: E731
-    if kind == "none":
+    if kind in ("none", "pos"):
         if given:
-            raise ValueError(f"{option(given[0])} needs --encoder-output-pattern")
-        return
+            raise ValueError(f"{option(given[0])} " + ("needs --encoder-output-pattern" if kind == "none" else
+                             "does not apply to --encoder-output-pattern pos (its rule is fixed by the tags)"))
+        if kind == "none":
+            return
     wrong = [f for f in given if f not in (PATTERN_SETTINGS[kind], "encoder_output_pattern_rate")]
     if wrong:
         raise ValueError(f"{option(wrong[0])} does not apply to --encoder-output-pattern {kind}")
-    if len(given) != 1:
+    if kind != "pos" and len(given) != 1:
         raise ValueError(f"--encoder-output-pattern {kind} needs exactly one of {option(PATTERN_SETTINGS[kind])} "
                          f"and --encoder-output-pattern-rate")
     rate = args.encoder_output_pattern_rate
     if rate is not None and not (math.isfinite(rate) and 0 <= rate < 1):
         raise ValueError(f"--encoder-output-pattern-rate must lie in [0, 1), got {rate}")
-    setting = getattr(args, PATTERN_SETTINGS[kind])
+    setting = getattr(args, PATTERN_SETTINGS[kind]) if kind != "pos" else None
     if setting is not None and setting < (0 if kind == "freq" else 1):
         raise ValueError(f"{option(PATTERN_SETTINGS[kind])} must be >= {0 if kind == 'freq' else 1}, got {setting}")
     if args.l0drop_between_layers:
@@ -193,9 +196,11 @@ class L0DropTransformerEncoder(TransformerEncoder):
             self.pattern = EncoderOutputPattern(
                 args.encoder_output_pattern, dictionary.count, dictionary.nspecial, dictionary.eos(),
                 top_k=args.encoder_output_pattern_top_k, min_rank=args.encoder_output_pattern_min_rank,
-                every=args.encoder_output_pattern_every, rate=args.encoder_output_pattern_rate)
-            logger.info("encoder output pattern %s: drops %.1f%% of the dictionary's counted tokens",
-                        self.pattern.extra_repr(), 100 * self.pattern.dropped_share(dictionary.count))
+                every=args.encoder_output_pattern_every, rate=args.encoder_output_pattern_rate,
+                symbols=dictionary.symbols)
+            share = self.pattern.dropped_share(dictionary.count)
+            logger.info("encoder output pattern %s%s", self.pattern.extra_repr(), "" if share is None else
+                        f": drops {100 * share:.1f}% of the dictionary's counted tokens")
         self.l0drop = make_l0drop("l0drop") if self.pattern is None else None
         self.layer_l0drops = None
         if args.l0drop_between_layers:
@@ -225,12 +230,14 @@ class L0DropTransformerEncoder(TransformerEncoder):
 
         return gate_layer_output
 
-    def forward(self, src_tokens, src_lengths=None, return_all_hiddens: bool = False, token_embeddings=None):
+    def forward(self, src_tokens, src_lengths=None, return_all_hiddens: bool = False, token_embeddings=None,
+                src_tags: Optional[Tensor] = None):
+        """fairseq's encoder, then the gates; ``src_tags``: tag ids of the source tokens (the POS pattern)."""
         self._pad = src_tokens.eq(self.padding_idx)
         try:
             out = super().forward(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
             if self.pattern is not None:
-                gates = self.pattern(src_tokens, self._pad)
+                gates = self.pattern(src_tokens, self._pad, src_tags)
                 x = out["encoder_out"][0] * gates.transpose(0, 1).unsqueeze(-1).to(out["encoder_out"][0].dtype)
                 self.pattern.record_rate(gates, self._pad)
             else:
@@ -374,8 +381,26 @@ class L0DropTransformerModel(SparseTransformerModel):
                 "training; --model-overrides \"{'pruned_decoding': False}\" in fairseq-generate)")
 
     @classmethod
+    def build_model(cls, args, task):
+        if getattr(args, "encoder_output_pattern", None) == "pos" and not getattr(task, "carries_source_tags", False):
+            raise ValueError("--encoder-output-pattern pos reads part-of-speech tags that travel with the data: train "
+                             "and decode with --task translation_source_tags (see --source-tags-dir)")
+        return super().build_model(args, task)
+
+    @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):
         return L0DropTransformerEncoder(args, src_dict, embed_tokens)
+
+    def forward(self, src_tokens, src_lengths, prev_output_tokens, return_all_hiddens: bool = True,
+                features_only: bool = False, alignment_layer: Optional[int] = None,
+                alignment_heads: Optional[int] = None, src_tags: Optional[Tensor] = None):
+        """fairseq's TransformerModel.forward, with the source tags (``net_input["src_tags"]`` of the task
+        translation_source_tags) passed to the encoder."""
+        encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, return_all_hiddens=return_all_hiddens,
+                                   src_tags=src_tags)
+        return self.decoder(prev_output_tokens, encoder_out=encoder_out, features_only=features_only,
+                            alignment_layer=alignment_layer, alignment_heads=alignment_heads,
+                            src_lengths=src_lengths, return_all_hiddens=return_all_hiddens)
 
     def upgrade_state_dict_named(self, state_dict, name):
         """A pattern model has no L0Drop gates: those of an L0Drop checkpoint are left out (logged)."""

@@ -29,6 +29,7 @@ from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
 from .count_attention import CountAwareAttention
+from .coverage_attention import DEFAULT_COVERAGE_DIM, CoverageAttention
 
 NORMALISERS = ["softmax", "temperature", "gumbel", "sparsemax", "entmax15"]
 #: normalisers that treat the c states behind L0Drop's counted dummy exactly as softmax(e + log c) does
@@ -54,6 +55,17 @@ class AttentionNormaliserConfig(FairseqDataclass):
         metadata={"help": "temperature T > 0 of the encoder-decoder attention normaliser: the logits are "
                           "divided by T (not used by softmax)"},
     )
+    encdec_attention_coverage: bool = field(
+        default=False,
+        metadata={"help": "a coverage model on the encoder-decoder attention (Zhang, Zhao, Li & Zong 2019 Sec. V, "
+                          "Eqs. 21-22, Tu et al. 2016's neural coverage): a GRU-updated coverage vector per source "
+                          "position feeds every head's logits; combine with --attention-reg entropy for the paper's "
+                          "NMT+Cov+Ent. Softmax attention only"},
+    )
+    encdec_coverage_dim: int = field(
+        default=DEFAULT_COVERAGE_DIM,
+        metadata={"help": "size of the coverage vector of each source position (Tu et al. 2016: 10)"},
+    )
 
 
 def attention_normaliser_defaults(args):
@@ -74,6 +86,13 @@ def check_attention_normaliser_args(args):
     if name == "softmax" and temperature != 1.0:
         raise ValueError(f"--encdec-attention-temperature {temperature} has no effect with "
                          "--encdec-attention-normaliser softmax; use --encdec-attention-normaliser temperature")
+    if getattr(args, "encdec_attention_coverage", False):
+        if name != "softmax":
+            raise ValueError(f"--encdec-attention-coverage works with softmax attention only, not "
+                             f"--encdec-attention-normaliser {name}")
+        dim = getattr(args, "encdec_coverage_dim", DEFAULT_COVERAGE_DIM)
+        if not isinstance(dim, int) or dim < 1:
+            raise ValueError(f"--encdec-coverage-dim must be an integer >= 1, got {dim!r}")
     if name in ("sparsemax", "entmax15"):
         _entmax()  # fail at build time when the package is missing
 
@@ -188,47 +207,25 @@ class NormalisedAttention(CountAwareAttention):
                                    incremental_state=incremental_state, need_weights=need_weights,
                                    static_kv=static_kv, attn_mask=attn_mask, before_softmax=before_softmax,
                                    need_head_weights=need_head_weights)
-        if need_head_weights:
-            need_weights = True
         tgt_len, bsz, _ = query.size()
         # static_kv=True: the slow path (PyTorch's fast path ignores before_softmax); the keys of an
         # encoder-decoder attention are static anyway, and fairseq's decoder layer passes it too
         logits, v = super().forward(query, key, value, key_padding_mask=key_padding_mask,
                                     incremental_state=incremental_state, need_weights=False,
                                     static_kv=True, attn_mask=attn_mask, before_softmax=True)
-        src_len = logits.size(-1)
         # logits are already divided by T (apply_sparse_mask), so normalise with T = 1; Gumbel noise is
         # divided by T too: softmax((e + g) / T + log c), Eq. 18
         if self.normaliser == "gumbel" and self.training:
             logits = logits.float() + gumbel_noise(logits) / self.temperature
-        weights_float = normalise(self.normaliser, logits, 1.0, dim=-1, training=False)
-        weights = weights_float.type_as(logits)
-        probs = self.dropout_module(weights)
-        kv_bsz = v.size(0) // self.num_heads
-        if self.encoder_decoder_attention and bsz != kv_bsz:  # memory shared by a sentence's hypotheses
-            attn = torch.einsum(
-                "bxhts,bhsd->bxhtd",
-                probs.view((kv_bsz, -1, self.num_heads) + probs.size()[1:]),
-                v.view((kv_bsz, self.num_heads) + v.size()[1:]),
-            )
-            attn = attn.reshape((-1,) + attn.size()[-2:])
-        else:
-            attn = torch.bmm(probs, v)
-        assert list(attn.size()) == [bsz * self.num_heads, tgt_len, self.head_dim]
-        attn = attn.transpose(0, 1).contiguous().view(tgt_len, bsz, self.num_heads * self.head_dim)
-        attn = self.out_proj(attn)
-        attn_weights: Optional[Tensor] = None
-        if need_weights:
-            attn_weights = weights_float.view(bsz, self.num_heads, tgt_len, src_len).transpose(1, 0)
-            if not need_head_weights:
-                attn_weights = attn_weights.mean(dim=0)
-        return attn, attn_weights
+        weights = normalise(self.normaliser, logits, 1.0, dim=-1, training=False)
+        return self.attend(weights, v, tgt_len, bsz, need_weights, need_head_weights)
 
 
 def build_encdec_attention(embed_dim: int, cfg, q_noise: float = 0.0, qn_block_size: int = 8,
                            softmax_cls=MultiheadAttention):
     """The encoder-decoder attention of a decoder layer (``build_encoder_attention``): ``softmax_cls``
-    (unchanged) for ``softmax``, else :class:`NormalisedAttention`. Options are read from ``cfg``
+    (unchanged) for ``softmax``, :class:`CoverageAttention` with ``--encdec-attention-coverage``, else
+    :class:`NormalisedAttention`. Options are read from ``cfg``
     (fairseq's TransformerConfig keeps the plugin's flat options as attributes)."""
     name = getattr(cfg, "encdec_attention_normaliser", None) or "softmax"
     temperature = getattr(cfg, "encdec_attention_temperature", None)
@@ -241,6 +238,9 @@ def build_encdec_attention(embed_dim: int, cfg, q_noise: float = 0.0, qn_block_s
         q_noise=q_noise,
         qn_block_size=qn_block_size,
     )
+    if getattr(cfg, "encdec_attention_coverage", False):
+        return CoverageAttention(embed_dim, cfg.decoder.attention_heads, coverage_dim=int(cfg.encdec_coverage_dim),
+                                 **kwargs)
     if name == "softmax":
         return softmax_cls(embed_dim, cfg.decoder.attention_heads, **kwargs)
     return NormalisedAttention(embed_dim, cfg.decoder.attention_heads, normaliser=name, temperature=temperature,

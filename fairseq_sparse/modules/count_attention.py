@@ -24,19 +24,22 @@ class CountAwareAttention(MultiheadAttention):
         self.log_count: Optional[Tensor] = None
         self._call_bias: Optional[Tensor] = None
 
-    def forward(self, query, key, value, key_padding_mask=None, incremental_state=None, **kwargs):
+    def log_count_for_call(self, query, key, incremental_state) -> Optional[Tensor]:
+        """The log counts of this call's keys (cached at the first decoding step); sets ``beam_size``."""
         bias = self.log_count
         if incremental_state is None:
             self.beam_size = 1
-        else:
-            saved = self._get_input_buffer(incremental_state)
-            if "prev_key" not in saved and key is not None:  # first decoding step
-                self.beam_size = max(1, query.size(1) // key.size(1))
-                if bias is not None:
-                    saved["prev_log_count"] = bias
-                    self._set_input_buffer(incremental_state, saved)
-            bias = saved.get("prev_log_count")
-        self._call_bias = bias
+            return bias
+        saved = self._get_input_buffer(incremental_state)
+        if "prev_key" not in saved and key is not None:  # first decoding step
+            self.beam_size = max(1, query.size(1) // key.size(1))
+            if bias is not None:
+                saved["prev_log_count"] = bias
+                self._set_input_buffer(incremental_state, saved)
+        return saved.get("prev_log_count")
+
+    def forward(self, query, key, value, key_padding_mask=None, incremental_state=None, **kwargs):
+        self._call_bias = self.log_count_for_call(query, key, incremental_state)
         try:
             return super().forward(query, key, value, key_padding_mask=key_padding_mask,
                                    incremental_state=incremental_state, **kwargs)
@@ -52,3 +55,30 @@ class CountAwareAttention(MultiheadAttention):
             attn_weights.dtype
         ).view(rows, 1, 1, 1, src_len)
         return biased.view(bsz * self.num_heads, tgt_len, src_len)
+
+    def attend(self, weights: Tensor, v: Tensor, tgt_len: int, bsz: int, need_weights: bool,
+               need_head_weights: bool):
+        """The rest of fairseq's attention for weights computed here ([bsz * H, T, S], float32) from the
+        logits of ``forward(..., before_softmax=True)``: dropout, weighted values (over a memory shared
+        by a sentence's hypotheses too), output projection; weights returned as fairseq does."""
+        src_len = weights.size(-1)
+        probs = self.dropout_module(weights.type_as(v))
+        kv_bsz = v.size(0) // self.num_heads
+        if self.encoder_decoder_attention and bsz != kv_bsz:  # memory shared by a sentence's hypotheses
+            attn = torch.einsum(
+                "bxhts,bhsd->bxhtd",
+                probs.view((kv_bsz, -1, self.num_heads) + probs.size()[1:]),
+                v.view((kv_bsz, self.num_heads) + v.size()[1:]),
+            )
+            attn = attn.reshape((-1,) + attn.size()[-2:])
+        else:
+            attn = torch.bmm(probs, v)
+        assert list(attn.size()) == [bsz * self.num_heads, tgt_len, self.head_dim]
+        attn = attn.transpose(0, 1).contiguous().view(tgt_len, bsz, self.num_heads * self.head_dim)
+        attn = self.out_proj(attn)
+        attn_weights: Optional[Tensor] = None
+        if need_weights or need_head_weights:
+            attn_weights = weights.view(bsz, self.num_heads, tgt_len, src_len).transpose(1, 0)
+            if not need_head_weights:
+                attn_weights = attn_weights.mean(dim=0)
+        return attn, attn_weights

@@ -4,6 +4,11 @@ Instead of learnt L0Drop gates, a fixed rule says which source states the decode
 fine-tuned with the rule and decodes through the same compressed memory (Algorithm 1). Gates are 0 (dropped)
 or 1 (kept); padding is 0 and EOS is always kept.
 
+* ``pos``: drop the states of function words, punctuation, MD and EX and of every subword piece but a word's
+  first (BPEO) (the paper's "easy-to-prune types", 46.4% of the WMT14 En-De source side). The tags travel
+  with the data: the task ``translation_source_tags`` gives the encoder one tag id per source piece
+  (``src_tags``; :func:`fairseq_sparse.analysis.token_types.tag_id`), pieces continue a word when the
+  previous one ends with the BPE marker;
 * ``freq``: drop the ``top_k`` most frequent source tokens (the paper: the top 100 words, 46.3% of the
   WMT14 En-De source tokens);
 * ``inv-freq``: drop the tokens whose frequency rank is ``min_rank`` or beyond (the paper: ranks from 452,
@@ -13,7 +18,6 @@ or 1 (kept); padding is 0 and EOS is always kept.
 Frequencies and ranks come from the counts of the fairseq dictionary (``dict.<src>.txt``; with
 ``--joined-dictionary`` they count both sides of the training data). A ``rate`` instead of ``top_k`` /
 ``min_rank`` / ``every`` picks the setting whose dropped share of the counted tokens is closest to it.
-The paper's POS pattern needs part-of-speech tags carried with the data and is not implemented.
 """
 import math
 from typing import Optional, Sequence
@@ -21,9 +25,12 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
+from ..analysis.token_types import FUNCTION, PENN_TAGS, PUNCT, tag_id, tag_type
 from .sparsity import SparsityModule, SparsityTerm
 
-PATTERNS = ("none", "freq", "inv-freq", "group")
+PATTERNS = ("none", "pos", "freq", "inv-freq", "group")
+#: the POS pattern's dropped tags (Zhang, Titov & Sennrich 2021 Sec. 7: function words, punctuation, MD, EX)
+POS_DROPPED_TAGS = tuple(t for t in PENN_TAGS if tag_type(t) in (FUNCTION, PUNCT) or t in ("MD", "EX"))
 
 
 def frequency_ranks(counts: Sequence[int], nspecial: int) -> list:
@@ -58,13 +65,24 @@ class EncoderOutputPattern(SparsityModule):
     penalty_group = "l0drop"
 
     def __init__(self, kind: str, counts: Sequence[int], nspecial: int, eos: int, top_k: Optional[int] = None,
-                 min_rank: Optional[int] = None, every: Optional[int] = None, rate: Optional[float] = None):
+                 min_rank: Optional[int] = None, every: Optional[int] = None, rate: Optional[float] = None,
+                 symbols: Optional[Sequence[str]] = None, bpe_marker: str = "@@"):
         super().__init__()
         if kind not in PATTERNS or kind == "none":
             raise ValueError(f"unknown encoder output pattern {kind!r}; one of {', '.join(PATTERNS[1:])}")
         if rate is not None and not (math.isfinite(rate) and 0 <= rate < 1):
             raise ValueError(f"--encoder-output-pattern-rate must lie in [0, 1), got {rate}")
         self.kind, self.eos = kind, eos
+        if kind == "pos":
+            if symbols is None or rate is not None:
+                raise ValueError("the POS pattern needs the dictionary's symbols and takes no rate")
+            self.setting = 0
+            self.register_buffer("continues", torch.tensor([s.endswith(bpe_marker) for s in symbols]),
+                                 persistent=False)
+            dropped_tags = torch.zeros(len(PENN_TAGS) + 2, dtype=torch.bool)
+            dropped_tags[torch.tensor([tag_id(t) for t in POS_DROPPED_TAGS])] = True
+            self.register_buffer("dropped_tags", dropped_tags, persistent=False)
+            return
         setting = {"freq": top_k, "inv-freq": min_rank, "group": every}[kind]
         if rate is not None:
             setting = setting_for_rate(kind, counts, nspecial, rate)
@@ -78,17 +96,30 @@ class EncoderOutputPattern(SparsityModule):
             dropped[torch.as_tensor(chosen, dtype=torch.long)] = True
         self.register_buffer("dropped", dropped, persistent=False)
 
-    def dropped_share(self, counts: Sequence[int]) -> float:
-        """The share of the counted tokens this pattern drops (freq, inv-freq) or 1 - 1/every (group)."""
+    def dropped_share(self, counts: Sequence[int]) -> Optional[float]:
+        """The share of the counted tokens this pattern drops (freq, inv-freq), 1 - 1/every (group), None (pos:
+        it depends on the tags)."""
+        if self.kind == "pos":
+            return None
         if self.kind == "group":
             return 1.0 - 1.0 / self.setting
         total = float(sum(counts)) or 1.0
         return float(sum(c for c, d in zip(counts, self.dropped.tolist()) if d)) / total
 
-    def forward(self, src_tokens: Tensor, padding_mask: Optional[Tensor]) -> Tensor:
-        """Gates for ``src_tokens`` (B x T); ``padding_mask`` True at padding (left or right)."""
+    def forward(self, src_tokens: Tensor, padding_mask: Optional[Tensor], src_tags: Optional[Tensor] = None) -> Tensor:
+        """Gates for ``src_tokens`` (B x T); ``padding_mask`` True at padding (left or right); ``src_tags`` (B x T
+        tag ids) for the POS pattern."""
         real = torch.ones_like(src_tokens, dtype=torch.bool) if padding_mask is None else ~padding_mask
-        if self.kind == "group":
+        if self.kind == "pos":
+            if src_tags is None or src_tags.shape != src_tokens.shape:
+                raise ValueError("--encoder-output-pattern pos needs one part-of-speech tag per source token: train "
+                                 "and decode with --task translation_source_tags")
+            continues = self.continues.to(src_tokens.device)[src_tokens]
+            later_piece = torch.zeros_like(continues)
+            later_piece[:, 1:] = continues[:, :-1]  # the previous piece ends with the BPE marker
+            tags = src_tags.clamp(0, self.dropped_tags.numel() - 1)
+            keep = ~(self.dropped_tags.to(src_tokens.device)[tags] | later_piece)
+        elif self.kind == "group":
             position = real.long().cumsum(1) - 1  # 0-based position among the real tokens (left padding too)
             keep = position.remainder(self.setting) == 0
         else:
@@ -104,5 +135,7 @@ class EncoderOutputPattern(SparsityModule):
                                  stats={"l0drop_sparsity": ((real & (gates == 0)).sum().detach(), tokens)}))
 
     def extra_repr(self) -> str:
+        if self.kind == "pos":
+            return "pos, drops " + " ".join(POS_DROPPED_TAGS) + " and non-initial subword pieces"
         name = {"freq": "top_k", "inv-freq": "min_rank", "group": "every"}[self.kind]
         return f"{self.kind}, {name}={self.setting}"

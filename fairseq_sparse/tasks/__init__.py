@@ -1,0 +1,1 @@
+from . import translation_source_tags  # noqa: F401
