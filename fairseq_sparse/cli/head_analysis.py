@@ -17,15 +17,22 @@ fills from the training split (with ``--joined-dictionary`` they are source + ta
 dependency parses of the subset's source sentences, one CoNLL-U sentence per source line, in order;
 each must have as many words as its source sentence after merging ``--bpe-separator`` subwords.
 
+``--lrp``: also the relevance of each head by layer-wise relevance propagation (Voita et al. 2019 Sec. 4,
+Figs. 1-2; :mod:`fairseq_sparse.analysis.lrp`) on the first ``--lrp-sentences`` sentences, teacher forced:
+an ``lrp`` column (the head's share of its layer's relevance), lrp.png next to confidence.png, and per layer
+the rank correlation of relevance and confidence and the functions of the most relevant head. A checkpoint
+whose forward pass the propagation does not re-compute is refused before any work.
+
 Outputs in ``--output-dir`` (refused if they exist, unless ``--overwrite``): heads.tsv, heads.json (with
-baselines and distributions), confidence.png and function.png (layers x heads maps); a summary table
-goes to stdout.
+baselines and distributions), confidence.png and function.png (layers x heads maps), lrp.png with --lrp;
+a summary table goes to stdout.
 """
 import argparse
 import logging
 import os
 
 import numpy as np
+import torch
 
 from . import common
 from ..analysis import heads
@@ -59,6 +66,11 @@ def get_parser():
     p.add_argument("--rare-threshold", type=float, default=0.5,
                    help="mark a head 'rare' if its maximum hits one of the two least frequent words this often")
     p.add_argument("--rare-margin", type=float, default=0.10, help="... and this much more often than chance")
+    p.add_argument("--lrp", action="store_true",
+                   help="also each head's relevance for the top-1 predictions by layer-wise relevance propagation "
+                        "(Voita et al. 2019 Sec. 4)")
+    p.add_argument("--lrp-sentences", type=int, default=100, metavar="N",
+                   help="sentences of the subset the relevance is averaged over (default 100; one propagation each)")
     p.add_argument("--positional-threshold", type=float, default=0.9)
     p.add_argument("--syntactic-margin", type=float, default=0.10)
     common.add_progress_args(p)
@@ -76,7 +88,9 @@ def check_args(args):
         raise common.ToolError("--batch-size must be >= 1")
     if not 0 < args.positional_threshold <= 1:
         raise common.ToolError("--positional-threshold must be in (0, 1]")
-    common.check_output_dir(args.output_dir, OUTPUTS, args.overwrite)
+    if args.lrp_sentences < 1:
+        raise common.ToolError("--lrp-sentences must be >= 1")
+    common.check_output_dir(args.output_dir, OUTPUTS + (("lrp.png",) if args.lrp else ()), args.overwrite)
 
 
 def read_parses(args):
@@ -141,16 +155,60 @@ def analyse(args, model, cfg, task, dataset, parses, labels):
                                  parses=parses, labels=labels)
 
 
+def relevance(args, model, task, dataset):
+    """LRP head relevance on the first --lrp-sentences sentences that fit the model (teacher forced)."""
+    from ..analysis import lrp
+
+    model = model.cpu().float()  # the propagation keeps [positions, out, in] impacts: CPU memory
+    ids, _ = common.fitting_ids(task, model, dataset, range(min(args.lrp_sentences, len(dataset))))
+    eos = task.target_dictionary.eos()
+    pairs = ((dataset[i]["source"], torch.cat([torch.tensor([eos]), dataset[i]["target"][:-1]])) for i in ids)
+    stats = lrp.head_relevance(model, common.progress(list(pairs), args, "LRP head relevance"))
+    return stats.mean(), stats.sentences
+
+
+def add_relevance(result, per_layer, sentences, labels):
+    """The ``lrp`` value of every head row, and per layer the rank correlation with confidence and the most
+    relevant head with its functions."""
+    from scipy.stats import spearmanr
+
+    layers = []
+    for layer, values in enumerate(per_layer):
+        rows = [h for h in result["heads"] if h["layer"] == layer]
+        for h in rows:
+            h["lrp"] = values[labels[layer].index(h["head"])]
+        top = max(rows, key=lambda h: h["lrp"])
+        conf = [h["confidence"] for h in rows]
+        rho = spearmanr([h["lrp"] for h in rows], conf)[0] if len(rows) > 2 and None not in conf else None
+        layers.append({"layer": layer, "spearman_confidence": None if rho != rho else rho, "top_head": top["head"],
+                       "top_share": top["lrp"], "top_confidence": top["confidence"],
+                       "top_is_most_confident": top["confidence"] == max(c for c in conf if c is not None),
+                       "top_functions": heads.function_tags(top)})
+    result["lrp"] = {"sentences": sentences, "layers": layers}
+
+
 def main(argv=None):
     args = get_parser().parse_args(argv)
     try:
         check_args(args)
         parses = read_parses(args)
         model, cfg, task, dataset = load(args)
+        if args.lrp:
+            from ..analysis import lrp
+
+            try:
+                lrp.check_supported(model)
+            except lrp.UnsupportedModel as e:
+                raise common.ToolError(f"--lrp cannot read {args.path}: {e}") from None
         check_parses(args, parses, dataset, task.source_dictionary)
         labels = heads.layer_head_labels(model, getattr(cfg, "model", None))
         n_cols = heads.head_columns(labels, getattr(getattr(cfg, "model", None), "encoder_attention_heads", None))
         stats = analyse(args, model, cfg, task, dataset, parses, labels)
+        if args.lrp:
+            try:
+                per_layer, lrp_sentences = relevance(args, model, task, dataset)
+            except ValueError as e:  # lrp.UnsupportedModel: the re-computed forward pass differs
+                raise common.ToolError(f"--lrp cannot read {args.path}: {e}") from None
     except common.ToolError as e:
         common.fail(PROG, str(e))
     result = heads.summarise(stats, labels, positional_threshold=args.positional_threshold,
@@ -164,6 +222,8 @@ def main(argv=None):
                      "rare_margin": args.rare_margin, "frequencies": args.frequencies,
                      "bpe_separator": args.bpe_separator, "conllu": args.conllu},
     })
+    if args.lrp:
+        add_relevance(result, per_layer, lrp_sentences, labels)
     write_outputs(result, labels, n_cols, args.output_dir)
     print_summary(result)
     return result
@@ -176,13 +236,22 @@ def write_outputs(result, labels, n_cols, out_dir):
     os.makedirs(out_dir, exist_ok=True)
     rel_cols = list(result["baselines"])
     cols = ["layer", "head", "confidence", "top_relative_position", "top_relative_position_share", "positional",
-            "rare_acc", "rare2_acc", "rare"] + rel_cols + (["syntactic"] if rel_cols else [])
+            "rare_acc", "rare2_acc", "rare"] + rel_cols + (["syntactic"] if rel_cols else []) + \
+        (["lrp"] if "lrp" in result else [])
     rows = [[",".join(h[c]) if c == "syntactic" else h[c] for c in cols] for h in result["heads"]]
     common.write_tsv(os.path.join(out_dir, "heads.tsv"), cols, rows, none="None")
     common.write_json(os.path.join(out_dir, "heads.json"), result)
     conf, n_func, text = heads.function_matrices(result["heads"], labels, n_cols)
     head_function_maps(conf, n_func, text, os.path.join(out_dir, "confidence.png"),
                        os.path.join(out_dir, "function.png"))
+    if "lrp" in result:
+        from ..analysis.plotting import head_heatmap
+
+        values = heads.heads_matrix([[h["lrp"] for h in result["heads"] if h["layer"] == l] for l in range(len(labels))],
+                                    labels, n_cols)
+        head_heatmap(values, os.path.join(out_dir, "lrp.png"),
+                     "Encoder self-attention: relevance by LRP (Voita et al. 2019, Sec. 4)",
+                     "share of the layer's head relevance", cell_text=text)
 
 
 def print_summary(result):
@@ -195,6 +264,12 @@ def print_summary(result):
         funcs = (["positional"] if h["positional"] else []) + (["rare"] if h["rare"] else []) + h["syntactic"]
         print(f"{h['layer']:>5} {h['head']:>4} {fmt(h['confidence']):>6.6} {pos:>13} {fmt(h['rare_acc']):>6.6} "
               f"{fmt(h['rare2_acc']):>6.6}  {', '.join(funcs) or '-'}")
+    if "lrp" in result:
+        print(f"LRP on {result['lrp']['sentences']} sentences, per layer: " + "; ".join(
+            f"layer {x['layer']}: most relevant head {x['top_head']} ({fmt(x['top_share'])} of the relevance, "
+            f"confidence {fmt(x['top_confidence'])}{', the most confident' if x['top_is_most_confident'] else ''}; "
+            f"functions {','.join(x['top_functions']) or '-'}), Spearman with confidence {fmt(x['spearman_confidence'])}"
+            for x in result["lrp"]["layers"]))
     if result["baselines"]:
         print("syntactic baselines (most frequent relative position): " + ", ".join(
             f"{k} {fmt(v['accuracy'])}@{v['offset']} (n={v['instances']})" for k, v in result["baselines"].items()))
