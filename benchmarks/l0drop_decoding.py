@@ -121,6 +121,12 @@ def check_args(p, args):
             check_data_dir(args.data, "--data")
     except ToolError as e:
         p.error(str(e))
+    if args.path:
+        from fairseq_sparse.analysis.sparsity_curve import describe_checkpoint
+
+        if not describe_checkpoint(args.path)["gates"]["l0drop"]:
+            p.error(f"--path {args.path}: no L0Drop gates and no encoder-output pattern, so nothing for pruned "
+                    "decoding to shorten (a stock or head-gate checkpoint: benchmarks/head_pruning.py)")
     high = None if args.path else bench_common.MAX_POSITIONS  # a checkpoint's own limit shows when it loads
     args._length_list = bench_common.int_list(p, "--lengths", args.lengths, low=2)
     for n in args._length_list:

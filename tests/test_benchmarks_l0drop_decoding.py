@@ -67,3 +67,14 @@ def test_l0drop_decoding_benchmark_refuses_bad_options(capsys, monkeypatch, tmp_
         bench.parse_args(args)
     assert e.value.code == 2
     assert msg in capsys.readouterr().err
+
+
+def test_l0drop_decoding_benchmark_refuses_a_checkpoint_without_the_method(capsys, monkeypatch,
+                                                                         stock_transformer_ckpt, corpus):
+    """A stock checkpoint has nothing for pruned decoding to shorten: refused before anything is built."""
+    monkeypatch.syspath_prepend(os.path.join(REPO, "benchmarks"))
+    bench = importlib.import_module("l0drop_decoding")
+    with pytest.raises(SystemExit) as e:
+        bench.parse_args(["--path", stock_transformer_ckpt, "--data", corpus["bin"]])
+    assert e.value.code == 2
+    assert "no L0Drop gates and no encoder-output pattern" in capsys.readouterr().err
