@@ -480,13 +480,12 @@ class Recipe:
     @staticmethod
     def finished(save_dir, updates):
         """Whether a fairseq-train run in SAVE_DIR reached UPDATES (its last checkpoint says so)."""
-        import torch
+        from fairseq_sparse.analysis.sparsity_curve import read_state, state_updates
 
         last = os.path.join(save_dir, "checkpoint_last.pt")
         if not os.path.exists(last):
             return False
-        state = torch.load(last, map_location="cpu", weights_only=False)
-        return state["optimizer_history"][-1]["num_updates"] >= updates
+        return (state_updates(read_state(last)) or 0) >= updates
 
     # ---- 3. fine-tunings, each next to an equal-updates control --------------------------------
 
@@ -693,9 +692,9 @@ class Recipe:
 
     @staticmethod
     def parameters(ckpt):
-        import torch
+        from fairseq_sparse.analysis.sparsity_curve import read_state
 
-        state = torch.load(ckpt, map_location="cpu", weights_only=False)
+        state = read_state(ckpt)
         return int(sum(v.numel() for v in state["model"].values() if hasattr(v, "numel")))
 
     def evaluate(self, name):

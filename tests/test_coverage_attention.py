@@ -11,6 +11,7 @@ from fairseq.modules import MultiheadAttention
 import fairseq_sparse  # noqa: F401  (registers the models)
 from conftest import TINY_MODEL, USER_DIR, console, fairseq_train, run
 from fairseq_sparse.models.transformer_head_gates import HeadGatesTransformerModel
+from fairseq_sparse.analysis.sparsity_curve import read_state
 from fairseq_sparse.models.transformer_l0drop import L0DropTransformerModel
 from fairseq_sparse.modules.attention_normalisers import check_attention_normaliser_args
 from fairseq_sparse.modules.coverage_attention import CoverageAttention
@@ -177,7 +178,7 @@ def test_train_with_entropy_and_generate(corpus, stock_transformer_ckpt, tmp_pat
     ] + TINY_MODEL, max_update=10)
     log = proc.stdout + proc.stderr
     assert "attn_entropy" in log
-    ckpt = torch.load(f"{save}/checkpoint_last.pt", map_location="cpu", weights_only=False)
+    ckpt = read_state(f"{save}/checkpoint_last.pt")  # torch's safe loader (the plugin allowlists fairseq's classes)
     w = ckpt["model"]["decoder.layers.0.encoder_attn.coverage.logit.weight"]
     assert w.abs().sum() > 0  # the coverage weight moved away from 0
     out = run([console("fairseq-generate"), corpus["bin"], "--user-dir", USER_DIR, "--path",

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from . import common
-from ..analysis import heads
+from ..analysis import heads, lrp
 
 logger = logging.getLogger("fairseq_sparse.head_analysis")
 
@@ -157,8 +157,6 @@ def analyse(args, model, cfg, task, dataset, parses, labels):
 
 def relevance(args, model, task, dataset):
     """LRP head relevance on the first --lrp-sentences sentences that fit the model (teacher forced)."""
-    from ..analysis import lrp
-
     model = model.cpu().float()  # the propagation keeps [positions, out, in] impacts: CPU memory
     ids, _ = common.fitting_ids(task, model, dataset, range(min(args.lrp_sentences, len(dataset))))
     eos = task.target_dictionary.eos()
@@ -194,8 +192,6 @@ def main(argv=None):
         parses = read_parses(args)
         model, cfg, task, dataset = load(args)
         if args.lrp:
-            from ..analysis import lrp
-
             try:
                 lrp.check_supported(model)
             except lrp.UnsupportedModel as e:
@@ -207,7 +203,7 @@ def main(argv=None):
         if args.lrp:
             try:
                 per_layer, lrp_sentences = relevance(args, model, task, dataset)
-            except ValueError as e:  # lrp.UnsupportedModel: the re-computed forward pass differs
+            except lrp.UnsupportedModel as e:  # the re-computed forward pass differs from the model's
                 raise common.ToolError(f"--lrp cannot read {args.path}: {e}") from None
     except common.ToolError as e:
         common.fail(PROG, str(e))

@@ -39,7 +39,14 @@ class CountAwareAttention(MultiheadAttention):
         return saved.get("prev_log_count")
 
     def forward(self, query, key, value, key_padding_mask=None, incremental_state=None, **kwargs):
-        self._call_bias = self.log_count_for_call(query, key, incremental_state)
+        log_count = self.log_count_for_call(query, key, incremental_state)
+        return self.forward_with_log_count(log_count, query, key, value, key_padding_mask=key_padding_mask,
+                                           incremental_state=incremental_state, **kwargs)
+
+    def forward_with_log_count(self, log_count: Optional[Tensor], query, key, value, key_padding_mask=None,
+                               incremental_state=None, **kwargs):
+        """fairseq's forward with ``log_count`` (from :meth:`log_count_for_call`) added to the logits."""
+        self._call_bias = log_count
         try:
             return super().forward(query, key, value, key_padding_mask=key_padding_mask,
                                    incremental_state=incremental_state, **kwargs)

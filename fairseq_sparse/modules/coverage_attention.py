@@ -92,9 +92,9 @@ class CoverageAttention(CountAwareAttention):
             raise NotImplementedError("coverage attention computes its weights itself (before_softmax)")
         tgt_len, bsz, _ = query.size()
         log_count = self.log_count_for_call(query, key, incremental_state)
-        logits, v = super().forward(query, key, value, key_padding_mask=key_padding_mask,
-                                    incremental_state=incremental_state, need_weights=False, static_kv=True,
-                                    attn_mask=attn_mask, before_softmax=True)
+        logits, v = self.forward_with_log_count(log_count, query, key, value, key_padding_mask=key_padding_mask,
+                                                incremental_state=incremental_state, need_weights=False,
+                                                static_kv=True, attn_mask=attn_mask, before_softmax=True)
         src_len = logits.size(-1)
         logits = logits.view(bsz, self.num_heads, tgt_len, src_len)
         state = self._coverage_state(incremental_state) if incremental_state is not None else {}

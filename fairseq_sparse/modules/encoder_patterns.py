@@ -29,6 +29,8 @@ from ..analysis.token_types import FUNCTION, PENN_TAGS, PUNCT, tag_id, tag_type
 from .sparsity import SparsityModule, SparsityTerm
 
 PATTERNS = ("none", "pos", "freq", "inv-freq", "group")
+#: subword-nmt's continuation marker: a piece ending with it continues into the next (the POS pattern's BPEO)
+BPE_MARKER = "@@"
 #: the POS pattern's dropped tags (Zhang, Titov & Sennrich 2021 Sec. 7: function words, punctuation, MD, EX)
 POS_DROPPED_TAGS = tuple(t for t in PENN_TAGS if tag_type(t) in (FUNCTION, PUNCT) or t in ("MD", "EX"))
 
@@ -66,7 +68,7 @@ class EncoderOutputPattern(SparsityModule):
 
     def __init__(self, kind: str, counts: Sequence[int], nspecial: int, eos: int, top_k: Optional[int] = None,
                  min_rank: Optional[int] = None, every: Optional[int] = None, rate: Optional[float] = None,
-                 symbols: Optional[Sequence[str]] = None, bpe_marker: str = "@@"):
+                 symbols: Optional[Sequence[str]] = None, bpe_marker: str = BPE_MARKER):
         super().__init__()
         if kind not in PATTERNS or kind == "none":
             raise ValueError(f"unknown encoder output pattern {kind!r}; one of {', '.join(PATTERNS[1:])}")

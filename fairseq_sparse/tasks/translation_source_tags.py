@@ -7,7 +7,8 @@ carried as a side input, for the POS pattern of Zhang, Titov & Sennrich 2021 (Se
 
 Every split read needs ``{split}.tags`` in ``--source-tags-dir`` (default: the data folder): one line per
 sentence of the split, whitespace-separated Penn Treebank tags, one per word (subword pieces joined at
-``--source-tags-bpe-marker``) or one per piece (``fairseq-sparse-pos-tags`` writes them with spaCy). Each
+``@@``, subword-nmt's marker, which the POS pattern also reads) or one per piece (``fairseq-sparse-pos-tags``
+writes them with spaCy). Each
 batch gets ``net_input["src_tags"]``: the tag id of every source token (0 at EOS and padding), which the model
 never learns from: the training and decoding read the same tags. A file that does not match the split is an
 error naming its line when the split is loaded, before training or decoding starts.
@@ -22,6 +23,7 @@ from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from ..analysis.token_types import NO_TAG, piece_tag_ids, read_tags
+from ..modules.encoder_patterns import BPE_MARKER
 
 
 @dataclass
@@ -31,8 +33,6 @@ class TranslationSourceTagsConfig(TranslationConfig):
         metadata={"help": "folder of {split}.tags, the part-of-speech tags of each split's source side (one line per "
                           "sentence, one Penn Treebank tag per word or per subword piece); default: the data folder"},
     )
-    source_tags_bpe_marker: str = field(
-        default="@@", metadata={"help": "subword pieces ending with this marker continue into the next (subword-nmt)"})
 
 
 class SourceTagsDataset(BaseWrapperDataset):
@@ -89,7 +89,7 @@ class TranslationSourceTagsTask(TranslationTask):
         if not os.path.isfile(path):
             raise FileNotFoundError(f"--task translation_source_tags: no tags file {path} for split '{split}' "
                                     "(one line per source sentence; fairseq-sparse-pos-tags writes it)")
-        d, marker = self.src_dict, self.cfg.source_tags_bpe_marker
+        d, marker = self.src_dict, BPE_MARKER
         specials = {d.eos(), d.bos(), d.pad()}
         tokens = [pairs.src[i].tolist() for i in range(len(pairs))]
         sentences = [[d[t] for t in row if t not in specials] for row in tokens]
