@@ -11,6 +11,7 @@ from fairseq.modules import MultiheadAttention
 from fairseq_sparse.modules.count_attention import CountAwareAttention
 from fairseq_sparse.modules.hard_concrete import HardConcrete
 from fairseq_sparse.modules.l0drop import L0Drop, compress, expand_attention
+from fairseq_sparse.modules.sparsity import collect_sparsity_terms
 
 LN11 = math.log(11.0)
 C = 16
@@ -344,7 +345,6 @@ def build_l0drop_model(*extra):
 
 def l0drop_penalties(model, seed=0):
     """{module name: recorded penalty} of one training forward pass on a fixed batch."""
-    from fairseq_sparse.modules.sparsity import collect_sparsity_terms
 
     g = torch.Generator().manual_seed(1)
     src = torch.randint(4, 24, (3, 6), generator=g)
@@ -389,3 +389,89 @@ def test_layer_penalty_option_filled_in_and_checked():
         setattr(bad, name, value)
         with pytest.raises(ValueError, match=message):
             L0DropTransformerModel.check_args(bad)
+
+
+# --- --l0drop-between-layers in evaluation: the compacted encoder equals the gated one ---
+
+
+def mixed_length_batch(seed=3):
+    """Six left-padded sources of lengths 1 (EOS only) to 12, tokens of the 20-word dictionary."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = [12, 9, 1, 7, 12, 4]
+    src = torch.full((len(lengths), max(lengths)), 1)  # pad = 1
+    for i, n in enumerate(lengths):
+        src[i, -n:] = torch.randint(4, 24, (n,), generator=g)
+        src[i, -1] = 2  # eos
+    return src, torch.tensor(lengths)
+
+
+def encoder_rows_seen(model, src, lengths):
+    """The encoder output and the number of rows each encoder layer ran over."""
+    rows, hooks = [], [layer.register_forward_pre_hook(lambda m, args: rows.append(args[0].size(0)))
+                       for layer in model.encoder.layers]
+    try:
+        with torch.no_grad():
+            out = model.encoder(src, lengths)
+    finally:
+        for h in hooks:
+            h.remove()
+    stats = {k: v for t in collect_sparsity_terms(model) for k, v in t.stats.items()}
+    return out, rows, {k: (int(n), int(d)) for k, (n, d) in stats.items() if k.endswith("sparsity")}
+
+
+@pytest.mark.parametrize("dropped_as", ["zero", "mask"])
+@pytest.mark.parametrize("normalize_before", [False, True])
+def test_compacted_encoder_equals_the_gated_one(dropped_as, normalize_before):
+    """Zhang, Titov & Sennrich (2021) Sec. 6 made physical: states dropped after layer k leave layers k+1..;
+    the memory, its counts, the gates at the original positions, the sparsity statistics and the decoder's
+    output equal those of the uncompacted gated encoder (3 layers: two compactions compose)."""
+    model, _ = build_l0drop_model("--l0drop-between-layers", "--l0drop-dropped-as", dropped_as,
+                                  *(["--encoder-normalize-before"] if normalize_before else []))
+    model.eval()
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for gate in list(model.encoder.layer_l0drops) + [model.encoder.l0drop]:
+            gate.log_alpha_proj.weight.copy_(torch.randn(gate.log_alpha_proj.weight.shape, generator=g))
+            gate.log_alpha_proj.bias.fill_(-3.0)  # a quarter to a half of the states close at each gate
+    src, lengths = mixed_length_batch()
+    prev = torch.randint(4, 24, (src.size(0), 5), generator=g)
+    out, rows, stats = encoder_rows_seen(model, src, lengths)
+    with torch.no_grad():
+        dec = model.decoder(prev, encoder_out=out)[0]
+    model.encoder.compact_encoder = False
+    ref, ref_rows, ref_stats = encoder_rows_seen(model, src, lengths)
+    with torch.no_grad():
+        ref_dec = model.decoder(prev, encoder_out=ref)[0]
+    assert ref_rows == [12, 12, 12] and rows[0] == 12 and rows[2] < rows[1] < 12  # really compacted, twice
+    assert stats == ref_stats and stats["l0drop_layer1_sparsity"][0] > 0
+    gates = out["l0drop_gates"][0]
+    assert torch.allclose(gates, ref["l0drop_gates"][0], atol=1e-6)
+    assert 0 < int((gates == 0).sum() - (src == 1).sum()) < int(lengths.sum())  # some kept, some dropped
+    for key in ("encoder_padding_mask", "l0drop_kept_index", "l0drop_pruned"):
+        assert torch.equal(out[key][0], ref[key][0]), key
+    for key in ("encoder_out", "l0drop_log_count"):
+        assert torch.allclose(out[key][0], ref[key][0], atol=1e-5), key
+    assert torch.allclose(dec, ref_dec, atol=1e-5)
+
+
+def test_compacted_encoder_counts_the_dummy_in_self_attention():
+    """Without the dummy's log count in the later layers' self-attention, 'zero' would not be exact:
+    the check above fails if the count is dropped (guards the test against passing by accident)."""
+    model, _ = build_l0drop_model("--l0drop-between-layers")
+    model.eval()
+    with torch.no_grad():
+        w = model.encoder.layer_l0drops[0].log_alpha_proj.weight
+        w.copy_(torch.randn(w.shape, generator=torch.Generator().manual_seed(0)))
+    src, lengths = mixed_length_batch()
+    out, _, _ = encoder_rows_seen(model, src, lengths)
+    model.encoder.compact_encoder = False
+    ref, _, _ = encoder_rows_seen(model, src, lengths)
+    assert torch.allclose(out["encoder_out"][0], ref["encoder_out"][0], atol=1e-5)
+    original = CountAwareAttention.apply_sparse_mask
+    CountAwareAttention.apply_sparse_mask = lambda self, w, *args: w  # forget the counts
+    try:
+        model.encoder.compact_encoder = True
+        broken, _, _ = encoder_rows_seen(model, src, lengths)
+    finally:
+        CountAwareAttention.apply_sparse_mask = original
+    assert not torch.allclose(broken["encoder_out"][0], ref["encoder_out"][0], atol=1e-3)

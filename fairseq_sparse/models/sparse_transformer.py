@@ -201,8 +201,8 @@ def log_decoder_layout(model, args):
                 ", simplified IFM" if args.simplified_decoder else "", total, decoder)
 
 
-def wrap_decoder_layer(layer, cfg):
-    """What fairseq does to each decoder layer it builds: activation checkpointing and FSDP wrapping."""
+def wrap_layer(layer, cfg):
+    """What fairseq does to each encoder or decoder layer it builds: activation checkpointing and FSDP wrapping."""
     if cfg.checkpoint_activations:
         layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
     return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not cfg.checkpoint_activations else 0)
@@ -215,7 +215,7 @@ class SublayerTransformerDecoder(TransformerDecoderBase):
     layer_cls = SublayerDecoderLayer
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
-        return wrap_decoder_layer(self.layer_cls(cfg, no_encoder_attn), cfg)
+        return wrap_layer(self.layer_cls(cfg, no_encoder_attn), cfg)
 
 
 class SparseTransformerModel(TransformerModel):

@@ -2,7 +2,8 @@
 
 In eval mode (``--pruned-decoding``, the default) the encoder hands the decoder the compressed memory
 of Algorithm 1, so fairseq-generate decodes with N' + 1 instead of N source states and gives the same
-hypotheses as the uncompressed gated model.
+hypotheses as the uncompressed gated model. With ``--l0drop-between-layers`` the states dropped inside
+the encoder also leave its later layers (``--compact-encoder``, exact as well).
 """
 import atexit
 import logging
@@ -16,7 +17,8 @@ import torch
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.dataclass.utils import gen_parser_from_dataclass
 from fairseq.models import register_model
-from fairseq.models.transformer import TransformerEncoder
+from fairseq.models.transformer import TransformerConfig, TransformerEncoder
+from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 from fairseq.utils import eval_bool
 from torch import Tensor
 
@@ -25,8 +27,15 @@ from ..modules.count_attention import CountAwareAttention
 from ..modules.decoder_layer import SublayerDecoderLayer
 from ..modules.encoder_patterns import PATTERNS, EncoderOutputPattern
 from ..modules.hard_concrete import DEFAULT_BETA, DEFAULT_GAMMA, DEFAULT_ZETA, HardConcrete, check_gate_options
-from ..modules.l0drop import DROPPED_AS_CHOICES, L0Drop, compress, decoder_padding_mask, expand_attention
-from .sparse_transformer import SparseTransformerModel, SublayerTransformerDecoder, register_architectures
+from ..modules.l0drop import (
+    DROPPED_AS_CHOICES,
+    CompactedEncoder,
+    L0Drop,
+    compress,
+    decoder_padding_mask,
+    expand_attention,
+)
+from .sparse_transformer import SparseTransformerModel, SublayerTransformerDecoder, register_architectures, wrap_layer
 
 logger = logging.getLogger(__name__)
 
@@ -173,6 +182,22 @@ PRUNED_DECODING_HELP = (
     "in eval mode, decode with the compressed memory of Algorithm 1 (exact; default True). Switch off "
     "at generation time with --model-overrides \"{'pruned_decoding': False}\""
 )
+COMPACT_ENCODER_HELP = (
+    "with --l0drop-between-layers and pruned decoding: states dropped after encoder layer k leave the sequence "
+    "of layers k+1.. (shorter self-attention and FFN; exact, see CompactedEncoder; default True). Evaluation "
+    "only: training keeps every state. Switch off with --model-overrides \"{'compact_encoder': False}\""
+)
+
+
+class CountAwareEncoderLayer(TransformerEncoderLayerBase):
+    """fairseq's encoder layer with :class:`CountAwareAttention` as self-attention, for the counted dummy of a
+    compacted encoder; without log counts it computes what fairseq's layer does (same parameters)."""
+
+    def build_self_attention(self, embed_dim, cfg):
+        return CountAwareAttention(embed_dim, cfg.encoder.attention_heads, dropout=cfg.attention_dropout,
+                                   self_attention=True, q_noise=self.quant_noise,
+                                   qn_block_size=self.quant_noise_block_size,
+                                   xformers_att_config=cfg.encoder.xformers_att_config)
 
 
 class L0DropTransformerEncoder(TransformerEncoder):
@@ -182,6 +207,7 @@ class L0DropTransformerEncoder(TransformerEncoder):
         super().__init__(args, dictionary, embed_tokens)
         self.dropped_as = args.l0drop_dropped_as
         self.pruned_decoding = args.pruned_decoding
+        self.compact_encoder = args.compact_encoder
         embed_dim = embed_tokens.embedding_dim
         gated_layers = len(self.layers) if args.l0drop_between_layers else 1
         scale = 1.0 / gated_layers if args.l0drop_layer_penalty == "mean" else 1.0
@@ -213,9 +239,20 @@ class L0DropTransformerEncoder(TransformerEncoder):
             self.layers[n - 1].register_forward_pre_hook(self._hide_dropped_states, with_kwargs=True)
         self._alive: Optional[Tensor] = None  # states not dropped so far, during one forward pass
         self._pad: Optional[Tensor] = None
+        self._compacted: Optional[CompactedEncoder] = None  # the rows of a compacting forward pass
+
+    def build_encoder_layer(self, args):
+        cfg = TransformerConfig.from_namespace(args)
+        return wrap_layer(CountAwareEncoderLayer(cfg, return_fc=self.return_fc), cfg)
 
     # --- L0Drop between layers: forward hooks on fairseq's own encoder layers ---
     def _hide_dropped_states(self, layer, args, kwargs):
+        rows = self._compacted
+        if rows is not None and rows.memory is not None:  # compacted: the rows' mask, the dummy's log count
+            kwargs["encoder_padding_mask"] = rows.memory.padding_mask
+            if isinstance(layer.self_attn, CountAwareAttention):  # not a layer whose heads were all pruned
+                layer.self_attn.log_count = rows.memory.log_count
+            return args, kwargs
         if self._alive is None or self.dropped_as != "mask":
             return None
         gates = self._alive.to(torch.float32)
@@ -224,6 +261,10 @@ class L0DropTransformerEncoder(TransformerEncoder):
 
     def _make_gate_hook(self, k):
         def gate_layer_output(layer, args, output):
+            rows = self._compacted
+            if rows is not None:
+                x, gates = self.layer_l0drops[k](output, rows.live_pad, dropped_before=rows.dropped_before())
+                return rows.compact(x, gates, self.dropped_as)
             x, gates = self.layer_l0drops[k](output, self._pad, alive=self._alive)
             self._alive = gates != 0
             return x
@@ -234,8 +275,13 @@ class L0DropTransformerEncoder(TransformerEncoder):
                 src_tags: Optional[Tensor] = None):
         """fairseq's encoder, then the gates; ``src_tags``: tag ids of the source tokens (the POS pattern)."""
         self._pad = src_tokens.eq(self.padding_idx)
+        if (self.layer_l0drops is not None and self.compact_encoder and self.pruned_decoding and not self.training
+                and not return_all_hiddens):  # intermediate states are returned at their original positions
+            self._compacted = CompactedEncoder(self._pad)
         try:
             out = super().forward(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
+            if self._compacted is not None:
+                return self._compacted_output(out)
             if self.pattern is not None:
                 gates = self.pattern(src_tokens, self._pad, src_tags)
                 x = out["encoder_out"][0] * gates.transpose(0, 1).unsqueeze(-1).to(out["encoder_out"][0].dtype)
@@ -243,14 +289,27 @@ class L0DropTransformerEncoder(TransformerEncoder):
             else:
                 x, gates = self.l0drop(out["encoder_out"][0], self._pad, alive=self._alive)
         finally:
-            self._alive, self._pad = None, None
+            self._alive, self._pad, self._compacted = None, None, None
+            for layer in self.layers:
+                if isinstance(layer.self_attn, CountAwareAttention):
+                    layer.self_attn.log_count = None
         pad = out["encoder_padding_mask"][0]
         out["l0drop_gates"] = [gates]
         if self.training or not self.pruned_decoding:
             out["encoder_out"] = [x]
             out["encoder_padding_mask"] = [decoder_padding_mask(gates, pad, self.dropped_as)]
             return out
-        mem = compress(x, gates, pad, self.dropped_as)
+        return self._pruned_output(out, compress(x, gates, pad, self.dropped_as), gates)
+
+    def _compacted_output(self, out):
+        """The output gates over the compacted rows, and the memory at the original source positions."""
+        rows = self._compacted
+        x, gates = self.l0drop(out["encoder_out"][0], rows.live_pad, dropped_before=rows.dropped_before())
+        mem = rows.original_memory(compress(x, gates, rows.live_pad, self.dropped_as, rows.dropped))
+        return self._pruned_output(out, mem, rows.original_gates(gates))
+
+    @staticmethod
+    def _pruned_output(out, mem, gates):
         return {
             "encoder_out": [mem.memory],
             "encoder_padding_mask": [mem.padding_mask],
@@ -351,14 +410,16 @@ class L0DropTransformerModel(SparseTransformerModel):
         super().add_args(parser)
         gen_parser_from_dataclass(parser, L0DropConfig())
         parser.add_argument("--pruned-decoding", type=eval_bool, default=True, metavar="BOOL", help=PRUNED_DECODING_HELP)
+        parser.add_argument("--compact-encoder", type=eval_bool, default=True, metavar="BOOL", help=COMPACT_ENCODER_HELP)
 
     @classmethod
     def fill_defaults(cls, args):
         for f in fields(L0DropConfig):
             if not hasattr(args, f.name):
                 setattr(args, f.name, f.default)
-        if not hasattr(args, "pruned_decoding"):
-            args.pruned_decoding = True
+        for flag in ("pruned_decoding", "compact_encoder"):
+            if not hasattr(args, flag):
+                setattr(args, flag, True)
         super().fill_defaults(args)
 
     @classmethod

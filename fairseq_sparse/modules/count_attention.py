@@ -7,7 +7,8 @@ from torch import Tensor
 
 
 class CountAwareAttention(MultiheadAttention):
-    """fairseq's MultiheadAttention, for encoder-decoder attention, with two additions:
+    """fairseq's MultiheadAttention, for encoder-decoder attention (and the self-attention of a compacted
+    L0Drop encoder), with two additions:
 
     * a per-key additive logit bias ``log_count`` (B x S, set by the decoder before each call):
       softmax over e_i + log c_i equals c_i exp(e_i) / sum_j c_j exp(e_j), the count-aware softmax of
@@ -46,12 +47,16 @@ class CountAwareAttention(MultiheadAttention):
     def forward_with_log_count(self, log_count: Optional[Tensor], query, key, value, key_padding_mask=None,
                                incremental_state=None, **kwargs):
         """fairseq's forward with ``log_count`` (from :meth:`log_count_for_call`) added to the logits."""
+        fast_path = not self.skip_embed_dim_check
         self._call_bias = log_count
+        if log_count is not None:
+            self.skip_embed_dim_check = True  # fairseq's fast path (torch's kernel) never calls apply_sparse_mask
         try:
             return super().forward(query, key, value, key_padding_mask=key_padding_mask,
                                    incremental_state=incremental_state, **kwargs)
         finally:
             self._call_bias = None
+            self.skip_embed_dim_check = not fast_path
 
     def apply_sparse_mask(self, attn_weights: Tensor, tgt_len: int, src_len: int, bsz: int):
         bias = self._call_bias

@@ -60,10 +60,13 @@ class L0Drop(SparsityModule):
         """log alpha for states x (T x B x C), as B x T, in float32."""
         return self.log_alpha_proj(x).squeeze(-1).transpose(0, 1).float()
 
-    def forward(self, x: Tensor, padding_mask: Optional[Tensor], alive: Optional[Tensor] = None):
+    def forward(self, x: Tensor, padding_mask: Optional[Tensor], alive: Optional[Tensor] = None,
+                dropped_before: int = 0):
         """Gate the states x (T x B x C); padding_mask (B x T, True = pad) may be None.
 
         ``alive`` (B x T) marks states not dropped by an earlier L0Drop layer; those stay dropped.
+        ``dropped_before``: real states of the batch that an earlier layer dropped and that are no longer
+        among x (a compacted encoder); the statistics count them as pruned tokens.
         Returns (gated x, gates B x T): sampled gates in training, g_hat (Eq. 13) in eval mode.
         Records, in training only, the expected-L0 penalty: ``penalty_scale`` times the mean over
         sentences of sum_i P(g_i != 0) / n_real (the reference code's per-sentence normalisation); and
@@ -79,8 +82,8 @@ class L0Drop(SparsityModule):
         p_open = self.hard_concrete.prob_open(log_alpha) * candidates
         penalty = self.penalty_scale * (p_open.sum(1) / n_real).mean() if self.training else None
         g_hat = gates if not self.training else self.hard_concrete.deterministic(log_alpha) * candidates
-        tokens = real.sum().detach()
-        pruned = (real & (g_hat == 0)).sum().detach()
+        tokens = real.sum().detach() + dropped_before
+        pruned = (real & (g_hat == 0)).sum().detach() + dropped_before
         self.record(SparsityTerm(
             group=self.penalty_group,
             penalty=penalty,
@@ -115,6 +118,7 @@ class CompressedMemory(NamedTuple):
         added to the attention logits (count-aware softmax, Algorithm 1 line 7).
     kept_index: B x T', original position of each kept state (0 for the dummy and padding).
     pruned: B x T, real states represented by the dummy (they share its attention evenly).
+    count: B, how many states the dummy stands for (0: masked).
     """
 
     memory: Tensor
@@ -122,13 +126,17 @@ class CompressedMemory(NamedTuple):
     log_count: Tensor
     kept_index: Tensor
     pruned: Tensor
+    count: Tensor
 
 
-def compress(x: Tensor, gates: Tensor, padding_mask: Optional[Tensor], dropped_as: str) -> CompressedMemory:
+def compress(x: Tensor, gates: Tensor, padding_mask: Optional[Tensor], dropped_as: str,
+             dropped_before: Optional[Tensor] = None) -> CompressedMemory:
     """Algorithm 1, step 1: drop the states whose gate is 0 and add one counted dummy zero state.
 
     x: gated states T x B x C (kept states already scaled by their gate), gates: B x T.
     The count of the dummy is N - N' (``zero``) or 1 for a sentence with nothing kept (``mask``).
+    ``dropped_before`` (B): states of each sentence dropped before x (a compacted encoder: they are
+    not among x's real states); with ``zero`` the dummy stands for them too.
     """
     T, B, C = x.shape
     real = torch.ones_like(gates, dtype=torch.bool) if padding_mask is None else ~padding_mask
@@ -136,7 +144,7 @@ def compress(x: Tensor, gates: Tensor, padding_mask: Optional[Tensor], dropped_a
     n_kept = kept.sum(1)
     pruned = real & ~kept
     if dropped_as == "zero":
-        count = pruned.sum(1)
+        count = pruned.sum(1) + (0 if dropped_before is None else dropped_before)
     else:
         count = (n_kept == 0).long()
     width = int(n_kept.max()) if B > 0 else 0
@@ -150,7 +158,56 @@ def compress(x: Tensor, gates: Tensor, padding_mask: Optional[Tensor], dropped_a
     log_count = torch.zeros(B, width + 1, device=x.device, dtype=torch.float32)
     log_count[:, 0] = count.clamp(min=1).float().log()
     kept_index = torch.cat([order.new_zeros(B, 1), order * valid], dim=1)
-    return CompressedMemory(memory, mask, log_count, kept_index, pruned)
+    return CompressedMemory(memory, mask, log_count, kept_index, pruned, count)
+
+
+class CompactedEncoder:
+    """The encoder states of a batch while L0Drop between layers compacts them (Zhang, Titov & Sennrich
+    2021 Sec. 6 "prune encodings earlier", made physical): after each gated layer the dropped states
+    leave the sequence, so later layers' self-attention and FFN run over N' + 1 rows. Exact: with
+    ``zero`` the dropped states of a sentence are identical zero vectors in every later layer (the next
+    gate zeroes them again), so they are one counted dummy key (logit + log count, as Algorithm 1 does
+    for the decoder); with ``mask`` they are absent, and the dummy is seen only where nothing is kept.
+
+    ``index`` (B x T') maps each row to its original position; ``live_pad`` marks rows that are not live
+    states (padding and the dummy): the next L0Drop's padding mask.
+    """
+
+    def __init__(self, padding_mask: Tensor):
+        self.original_pad = padding_mask
+        self.n_real = int((~padding_mask).sum())
+        self.memory: Optional[CompressedMemory] = None  # None until the first gated layer
+        self.index = torch.arange(padding_mask.size(1), device=padding_mask.device).expand_as(padding_mask)
+        self.live_pad = padding_mask
+        #: per sentence, the count of the dummy (``zero``: the states dropped so far)
+        self.dropped = torch.zeros(padding_mask.size(0), dtype=torch.long, device=padding_mask.device)
+
+    def dropped_before(self) -> int:
+        """Real states of the batch no longer among the rows (for L0Drop's statistics)."""
+        return self.n_real - int((~self.live_pad).sum())
+
+    def compact(self, x: Tensor, gates: Tensor, dropped_as: str) -> Tensor:
+        """Keep the rows whose gate is open, behind a fresh zero dummy; returns the new states."""
+        mem = compress(x, gates, self.live_pad, dropped_as, self.dropped)
+        self.memory = mem
+        self.index = self.index.gather(1, mem.kept_index)
+        self.live_pad = mem.padding_mask.clone()
+        self.live_pad[:, 0] = True
+        self.dropped = mem.count
+        return mem.memory
+
+    def original_gates(self, gates: Tensor) -> Tensor:
+        """Gates of the live rows (B x T') at the original positions (B x T), 0 for dropped states."""
+        full = gates.new_zeros(self.original_pad.shape)
+        return full.scatter_add_(1, self.index, gates * ~self.live_pad)
+
+    def original_memory(self, mem: CompressedMemory) -> CompressedMemory:
+        """``mem`` (compressed from the rows) with kept_index and pruned at the original positions."""
+        kept_index = self.index.gather(1, mem.kept_index) * ~mem.padding_mask
+        kept_index[:, 0] = 0
+        kept = kept_index.new_zeros(self.original_pad.shape).scatter_add_(
+            1, kept_index[:, 1:], (~mem.padding_mask[:, 1:]).long()) > 0  # padding slots add 0 at position 0
+        return mem._replace(kept_index=kept_index, pruned=~self.original_pad & ~kept)
 
 
 def expand_attention(attn: Tensor, kept_index: Tensor, pruned: Tensor) -> Tensor:
