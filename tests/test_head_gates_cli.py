@@ -8,7 +8,8 @@ import torch
 from fairseq import checkpoint_utils
 
 from conftest import console, run
-from test_cli import ENV, L0DROP, generate, generate_pair, parse_generate, train
+from test_cli import ENV, L0DROP, generate, parse_generate, sparsity_line, train
+from test_cli import with_mixed_gates as with_mixed_l0drop_gates
 
 import fairseq_sparse  # noqa: F401
 from fairseq_sparse.cli.prune_heads import save_state
@@ -100,18 +101,31 @@ def test_stock_checkpoint_exports_with_a_head_mask(corpus, stock_transformer_ckp
     assert not (tmp_path / "other.pt").exists()
 
 
-def test_l0drop_with_head_gates_trains_and_decodes_exactly(corpus, stock_transformer_ckpt, tmp_path):
+def test_composed_model_trains_exports_and_decodes_exactly(corpus, stock_transformer_ckpt, tmp_path):
+    """The composed model: L0Drop on the encoder output and between its layers, head gates in all three
+    attention types and the simplified decoder (no decoder FFN), from one fairseq-train run and the
+    head export; plain fairseq-generate of the exported checkpoint (heads physically removed, encoder
+    compacted, pruned memory) gives the hypotheses of the gated model decoded with the full memory."""
     proc = train(corpus["bin"], str(tmp_path), L0DROP + [
-        "--finetune-from-model", stock_transformer_ckpt, "--head-gates", "enc,encdec", "--l0drop-lambda", "0.3",
-        "--head-gates-lambda", "0.05", "--l0drop-init-bias", "0"], max_update=10)
-    assert "l0drop_sparsity" in proc.log and "heads_open_enc" in proc.log and "heads_open_dec" not in proc.log
-    ckpt = with_mixed_gates(str(tmp_path / "checkpoint_last.pt"), str(tmp_path / "mixed.pt"))
-    pruned_run, unpruned_run = generate_pair(corpus["bin"], ckpt)
-    assert_same_hypotheses(pruned_run, unpruned_run)
-    out = str(tmp_path / "heads_pruned.pt")
-    prune(ckpt, out)
-    assert json.loads(checkpoint_utils.load_checkpoint_to_cpu(out)["cfg"]["model"].kept_heads)["dec"] == [[0, 1, 2, 3]] * 2
-    assert_same_hypotheses(pruned_run, generate(corpus["bin"], out))
+        "--finetune-from-model", stock_transformer_ckpt, "--l0drop-between-layers", "--simplified-decoder",
+        "--head-gates", "enc,dec,encdec", "--l0drop-lambda", "0.3", "--head-gates-lambda", "0.05",
+        "--l0drop-init-bias", "0"], max_update=10)
+    for key in ("l0drop_sparsity", "l0drop_layer1_sparsity", "heads_open_enc", "heads_open_dec", "heads_open_encdec"):
+        assert key in proc.log, key
+    ckpt = with_mixed_gates(str(tmp_path / "checkpoint_last.pt"), str(tmp_path / "mixed_heads.pt"))
+    ckpt = with_mixed_l0drop_gates(ckpt, corpus["bin"], str(tmp_path / "mixed.pt"))
+    composed = str(tmp_path / "composed.pt")
+    assert "kept 18 of 24 heads" in prune(ckpt, composed).stdout
+    state = checkpoint_utils.load_checkpoint_to_cpu(composed)
+    cfg = state["cfg"]["model"]
+    assert cfg.arch == "transformer_l0drop" and cfg.simplified_decoder and cfg.l0drop_between_layers
+    assert "encoder.layer_l0drops.0.log_alpha_proj.weight" in state["model"]
+    assert not any(k.startswith("decoder.") and ".fc1." in k for k in state["model"])
+    assert all(len(ids) == 3 for t, layers in json.loads(cfg.kept_heads).items() for ids in layers)
+    full_memory = generate(corpus["bin"], ckpt, ["--model-overrides", "{'pruned_decoding': False}"])
+    decoded = generate(corpus["bin"], composed)
+    assert_same_hypotheses(decoded, full_memory)
+    assert 20 < sparsity_line(decoded)[0] < 100
 
 
 @pytest.mark.parametrize("case", ["negative_lambda", "lambda_without_gates", "unknown_type"])

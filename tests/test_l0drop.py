@@ -410,8 +410,8 @@ def encoder_rows_seen(model, src, lengths):
     rows, hooks = [], [layer.register_forward_pre_hook(lambda m, args: rows.append(args[0].size(0)))
                        for layer in model.encoder.layers]
     try:
-        with torch.no_grad():
-            out = model.encoder(src, lengths)
+        with torch.no_grad():  # the entry point of fairseq's generators, where the encoder is compacted
+            out = model.encoder.forward_torchscript({"src_tokens": src, "src_lengths": lengths})
     finally:
         for h in hooks:
             h.remove()

@@ -183,9 +183,10 @@ PRUNED_DECODING_HELP = (
     "at generation time with --model-overrides \"{'pruned_decoding': False}\""
 )
 COMPACT_ENCODER_HELP = (
-    "with --l0drop-between-layers and pruned decoding: states dropped after encoder layer k leave the sequence "
-    "of layers k+1.. (shorter self-attention and FFN; exact, see CompactedEncoder; default True). Evaluation "
-    "only: training keeps every state. Switch off with --model-overrides \"{'compact_encoder': False}\""
+    "with --l0drop-between-layers and pruned decoding: in fairseq's generators (fairseq-generate, "
+    "fairseq-interactive, validation BLEU), states dropped after encoder layer k leave the sequence of layers "
+    "k+1.. (shorter self-attention and FFN; exact, see CompactedEncoder; default True). Training keeps every "
+    "state. Switch off with --model-overrides \"{'compact_encoder': False}\""
 )
 
 
@@ -240,6 +241,7 @@ class L0DropTransformerEncoder(TransformerEncoder):
         self._alive: Optional[Tensor] = None  # states not dropped so far, during one forward pass
         self._pad: Optional[Tensor] = None
         self._compacted: Optional[CompactedEncoder] = None  # the rows of a compacting forward pass
+        self._generating = False  # inside forward_torchscript, the generators' entry point
 
     def build_encoder_layer(self, args):
         cfg = TransformerConfig.from_namespace(args)
@@ -275,8 +277,8 @@ class L0DropTransformerEncoder(TransformerEncoder):
                 src_tags: Optional[Tensor] = None):
         """fairseq's encoder, then the gates; ``src_tags``: tag ids of the source tokens (the POS pattern)."""
         self._pad = src_tokens.eq(self.padding_idx)
-        if (self.layer_l0drops is not None and self.compact_encoder and self.pruned_decoding and not self.training
-                and not return_all_hiddens):  # intermediate states are returned at their original positions
+        if (self._generating and self.layer_l0drops is not None and self.compact_encoder and self.pruned_decoding
+                and not self.training and not return_all_hiddens):
             self._compacted = CompactedEncoder(self._pad)
         try:
             out = super().forward(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
@@ -325,8 +327,14 @@ class L0DropTransformerEncoder(TransformerEncoder):
         }
 
     def forward_torchscript(self, net_input: Dict[str, Tensor]):
-        """The entry point of fairseq's generators: also counts the sparsity of decoded sources."""
-        out = super().forward_torchscript(net_input)
+        """The entry point of fairseq's generators: the encoder is compacted here (``--compact-encoder``; other
+        callers, e.g. the analysis tools, see every layer's states at their original positions); also counts
+        the sparsity of decoded sources."""
+        self._generating = True
+        try:
+            out = super().forward_torchscript(net_input)
+        finally:
+            self._generating = False
         DECODING_STATS.add(out["l0drop_gates"][0], net_input["src_tokens"].eq(self.padding_idx), self.pruned_decoding)
         return out
 
