@@ -15,6 +15,7 @@ facts, the options all benchmarks share and the JSON writer.
 """
 import ctypes
 import gc
+import math
 import os
 import resource
 import signal
@@ -247,6 +248,23 @@ def build_random_model(args, data_dir, arch_flags, as_config=False):
     model = task.build_model(cfg.model if as_config else cfg)
     assert len(task.source_dictionary) == args.vocab, (len(task.source_dictionary), args.vocab)
     return model, task, cfg
+
+
+#: HardConcrete with gamma=-0.1, zeta=1.1: g_hat = 0 iff log alpha <= -log 11
+LOG_11 = math.log(11.0)
+
+
+def close_gate_at_quantile(proj, scores, w, share):
+    """Set an L0Drop gate's log alpha = x.(k w) + b (``proj``: its log_alpha_proj) so that it closes (g_hat = 0)
+    for the share ``share`` of the states whose x.w are ``scores``, and almost every open gate is fully
+    open (steep k). w: a fixed random direction; with random weights this is how benchmarks get a sparsity."""
+    import torch
+
+    q = torch.quantile(scores, share).item() if share > 0 else scores.min().item() - 1.0
+    k = 50.0 / max(scores.std().item(), 1e-6)
+    with torch.no_grad():
+        proj.weight.copy_((k * w).unsqueeze(0))
+        proj.bias.fill_(-k * q - LOG_11)
 
 
 def random_sources(dictionary, batch, length, generator):

@@ -63,7 +63,6 @@ Usage:
 import argparse
 import gc
 import json
-import math
 import os
 import subprocess
 import sys
@@ -75,7 +74,6 @@ import bench_common  # noqa: E402
 from bench_common import fmt, print_header  # noqa: E402
 
 VARIANTS = ("stock", "unpruned", "pruned")
-LOG_11 = math.log(11.0)  # HardConcrete with gamma=-0.1, zeta=1.1: g_hat = 0 iff log alpha <= -log 11
 
 
 def parse_args(argv=None):
@@ -176,11 +174,7 @@ def build_random_checkpoints(args, workdir, lengths):
             enc.pruned_decoding = False
             x = enc(calib, src_lengths=torch.full((B,), n))["encoder_out"][0]
             enc.pruned_decoding = True
-            s = (x @ w).flatten()
-            q = torch.quantile(s, args.sparsity).item() if args.sparsity > 0 else s.min().item() - 1.0
-            k = 50.0 / s.std().item()  # steep: almost every open gate is fully open
-            proj.weight.copy_((k * w).unsqueeze(0))
-            proj.bias.fill_(-k * q - LOG_11)
+            bench_common.close_gate_at_quantile(proj, (x @ w).flatten(), w, args.sparsity)
         paths[n] = os.path.join(workdir, f"l0drop_random_len{n}.pt")
         torch.save({"args": margs, "model": model.state_dict(), "optimizer_history": history,
                     "extra_state": {"train_iterator": None}}, paths[n])

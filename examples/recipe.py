@@ -45,18 +45,20 @@ USER_DIR = os.path.join(REPO, "fairseq_sparse")
 BENCHMARKS = os.path.join(REPO, "benchmarks")
 BIN = os.path.dirname(sys.executable)
 SPLITS = ("train", "valid", "test")
-STEPS = ("prepare", "baseline", "simplified", "control", "l0drop", "pattern_pos", "pattern_freq", "pattern_inv_freq",
+STEPS = ("prepare", "baseline", "simplified", "control", "l0drop", "l0drop_layers", "simplified_control", "composed",
+         "pattern_pos", "pattern_freq", "pattern_inv_freq",
          "pattern_group", "control_frozen", "heads_enc", "heads_all", "attention_reg", "coverage", "coverage_entropy",
          "importance", "curve", "speed", "report")
 #: every model of the report -> the model it is compared with (its equal-updates control)
 CONTROL_OF = {"simplified": "baseline", "control": "baseline", "control_frozen": "baseline", "l0drop": "control",
+              "l0drop_layers": "control", "simplified_control": "simplified", "composed": "control",
               "pattern_pos": "control", "pattern_freq": "control", "pattern_inv_freq": "control",
               "pattern_group": "control",
               "heads_enc": "control_frozen", "heads_all": "control", "attention_reg": "control",
               "coverage": "control", "coverage_entropy": "control",
               "importance": "baseline"}
 #: steps only run when --steps names them
-OPT_IN_STEPS = ("speed", "pattern_pos")
+OPT_IN_STEPS = ("speed", "pattern_pos", "l0drop_layers", "simplified_control", "composed")
 #: fine-tunings whose encoder-decoder attention is analysed (entropy, AER) in the report, besides l0drop
 ATTENTION_ANALYSED = ("control", "attention_reg", "coverage", "coverage_entropy")
 
@@ -489,9 +491,10 @@ class Recipe:
 
     # ---- 3. fine-tunings, each next to an equal-updates control --------------------------------
 
-    def finetune(self, name, arch, extra, updates=None, save_every=0, epoch_checkpoints=False):
-        """fairseq-train from the baseline for --finetune-updates updates (the same optimiser, criterion,
-        learning rate and batches for every method and its control); then the model is evaluated."""
+    def finetune(self, name, arch, extra, updates=None, save_every=0, epoch_checkpoints=False, start="baseline"):
+        """fairseq-train from the baseline (or the ``start`` model) for --finetune-updates updates (the same
+        optimiser, criterion, learning rate and batches for every method and its control); then the model is
+        evaluated."""
         a = self.args
         out = self.path(name)
         updates = updates or a.finetune_updates
@@ -503,14 +506,14 @@ class Recipe:
             "--criterion", "label_smoothed_cross_entropy_with_sparsity", "--label-smoothing", "0.1",
             "--optimizer", "adam_sparsity", "--sparsity-lr", str(a.sparsity_lr), "--adam-betas", "(0.9, 0.98)",
             "--lr", str(a.finetune_lr), "--lr-scheduler", "fixed", "--max-update", str(updates),
-            "--finetune-from-model", "baseline/checkpoint_best.pt", "--save-dir", name,
+            "--finetune-from-model", f"{start}/checkpoint_best.pt", "--save-dir", name,
             "--save-interval-updates", str(save_every), "--keep-interval-updates", "-1"] + [
             x for x in self.common_train_args() if not (epoch_checkpoints and x == "--no-epoch-checkpoints")
         ] + list(extra)
         if os.path.exists(os.path.join(out, "checkpoint_last.pt")):
             # interrupted after a checkpoint: fairseq resumes from checkpoint_last
             cmd.remove("--finetune-from-model")
-            cmd.remove("baseline/checkpoint_best.pt")
+            cmd.remove(f"{start}/checkpoint_best.pt")
         self.sh(name, cmd, f"{name}.log")
         self.evaluate(name)
 
@@ -527,6 +530,27 @@ class Recipe:
     def l0drop(self):
         """L0Drop (Zhang, Titov & Sennrich 2021) asked for a share of pruned source states."""
         self.finetune("l0drop", "transformer_l0drop", self.target_args("--l0drop-target-sparsity", self.args.l0drop_target))
+
+    def l0drop_layers(self):
+        """L0Drop between every pair of encoder layers and on the output (Zhang, Titov & Sennrich 2021 Sec. 6, "prune
+        encodings earlier"): the target is the output's share of pruned states (a state dropped earlier counts);
+        the between-layer gates close where the task prefers. fairseq-generate compacts the encoder."""
+        self.finetune("l0drop_layers", "transformer_l0drop", ["--l0drop-between-layers"]
+                      + self.target_args("--l0drop-target-sparsity", self.args.l0drop_target))
+
+    def simplified_control(self):
+        """Equal-updates control of composed among the simplified decoders: the simplified model fine-tuned
+        like the control, no gates."""
+        self.finetune("simplified_control", "transformer_simplified_decoder", ["--head-gates", ""], start="simplified")
+
+    def composed(self):
+        """Every method in one model: the simplified decoder (trained from scratch as the baseline) fine-tuned
+        with L0Drop between layers and on the output and head gates in all three attention types (both
+        targets), closed heads cut out (fairseq-sparse-prune-heads), decoded by fairseq-generate."""
+        self.finetune("composed", "transformer_l0drop", [
+            "--simplified-decoder", "--l0drop-between-layers", "--head-gates", "enc,dec,encdec"]
+            + self.target_args("--l0drop-target-sparsity", self.args.l0drop_target)
+            + self.target_args("--head-gates-target-sparsity", self.args.heads_target), start="simplified")
 
     def pattern(self, kind):
         """Zhang, Titov & Sennrich (2021) Sec. 7, Table 2: a rule drops the source states instead of learnt gates,
@@ -703,6 +727,9 @@ class Recipe:
             return self.generate(name, self.path(name, "checkpoint_best.pt"))
         if name in ("heads_enc", "heads_all"):
             return self.generate(name, self.prune_heads(name))
+        if name in ("l0drop_layers", "composed"):
+            self.full_memory(name)
+            return self.generate(name, self.layered_checkpoint(name))
         if name == "importance":
             return self.generate(name, self.path("importance", "pruned.pt"))
         if name == "curve":
@@ -713,6 +740,24 @@ class Recipe:
         if name in ATTENTION_ANALYSED:
             self.attention_analysis(name)
         return row
+
+    def layered_checkpoint(self, name):
+        """The checkpoint fairseq-generate decodes for l0drop_layers or composed (closed heads cut out)."""
+        return self.prune_heads(name) if name == "composed" else self.path(name, "checkpoint_last.pt")
+
+    def full_memory(self, name):
+        """NAME decoded with pruned decoding off: every encoder layer over every state, the full memory."""
+        return self.generate(f"{name}@full-memory", self.layered_checkpoint(name), "{'pruned_decoding': False}")
+
+    def layer_sparsity(self, name):
+        """Cumulative share of source states pruned after each gated encoder layer and at the output, from the
+        last validation of NAME's fairseq-train log."""
+        with open(self.path("logs", f"{name}.log")) as f:
+            valid = [line for line in f if "| valid |" in line]
+        if not valid:
+            return {}
+        found = dict(re.findall(r"\b(l0drop(?:_layer\d+)?)_sparsity ([\d.]+)", valid[-1]))
+        return {k: float(v) for k, v in sorted(found.items(), key=lambda kv: (kv[0] == "l0drop", kv[0]))}
 
     def l0drop_analysis(self):
         """Pruned decoding against the full memory (identical hypotheses, Algorithm 1 is exact), and which
@@ -909,6 +954,11 @@ class Recipe:
                 "simplified": "simplified decoder (no decoder FFN), trained as the baseline",
                 "control": f"baseline + {a.finetune_updates} updates, no method",
                 "l0drop": f"L0Drop, target {a.l0drop_target}, pruned decoding",
+                "l0drop_layers": f"L0Drop between encoder layers and on the output, target {a.l0drop_target}, "
+                                 "compacted encoder, pruned decoding",
+                "simplified_control": f"simplified + {a.finetune_updates} updates, no method",
+                "composed": f"simplified decoder + L0Drop between layers (target {a.l0drop_target}) + head gates "
+                            f"(target {a.heads_target}), closed heads cut out",
                 "pattern_pos": "function words, punctuation, MD, EX, non-initial subword pieces dropped by rule "
                                "(POS tags)",
                 "pattern_freq": f"most frequent source tokens dropped by rule, rate {a.l0drop_target}",
@@ -926,13 +976,14 @@ class Recipe:
     def report(self):
         """Every finished model's results in WORK/REPORT.md and WORK/results.json."""
         a = self.args
-        names = ("baseline", "control", "l0drop", "pattern_pos", "pattern_freq", "pattern_inv_freq", "pattern_group",
+        names = ("baseline", "control", "l0drop", "l0drop_layers", "simplified", "simplified_control", "composed",
+                 "pattern_pos", "pattern_freq", "pattern_inv_freq", "pattern_group",
                  "heads_all", "attention_reg", "coverage", "coverage_entropy", "importance", "control_frozen",
-                 "heads_enc", "simplified")
+                 "heads_enc")
         rows = {n: self.evaluate(n) for n in names if self.done(n)}
         if "baseline" not in rows:
             fail("report: the baseline is not trained yet (run --steps baseline first)")
-        heads = {n: self.heads_kept(n) for n in ("heads_enc", "heads_all", "importance") if n in rows}
+        heads = {n: self.heads_kept(n) for n in ("heads_enc", "heads_all", "importance", "composed") if n in rows}
         attention = {n: self.attention_analysis(n) for n in ("l0drop",) + ATTENTION_ANALYSED if n in rows}
         full = self.l0drop_analysis() if "l0drop" in rows else None
         curve = self.curve_points() if self.done("curve") else []
@@ -942,6 +993,10 @@ class Recipe:
                    "speed": [{"what": w, "ratio": r, "note": n} for w, r, n in speed], "settings": vars(a)}
         if full:
             results["l0drop_exact"] = self.same_hypotheses(rows["l0drop"], full)
+        for name in ("l0drop_layers", "composed"):
+            if name in rows:
+                results[f"{name}_exact"] = self.same_hypotheses(rows[name], self.full_memory(name))
+                results[f"{name}_layer_sparsity"] = self.layer_sparsity(name)
         self._save_json(self.results_file, results)
         self.write_report(rows, results, noise)
 
@@ -989,6 +1044,14 @@ class Recipe:
             lines.append(f"- L0Drop pruned decoding against the full memory: "
                          f"{'identical' if exact['identical'] else 'DIFFERENT'} hypotheses on all {exact['sentences']} "
                          f"test sentences (largest score difference {exact['max_score_difference']:.1e}).")
+        for name in ("l0drop_layers", "composed"):
+            if f"{name}_exact" in results:
+                e, rates = results[f"{name}_exact"], results[f"{name}_layer_sparsity"]
+                lines.append(f"- {name}: share of source states pruned after each gated encoder layer and at the output "
+                             f"(last validation): {', '.join(f'{k} {v:.1%}' for k, v in rates.items())}; the compacted "
+                             f"encoder with the pruned memory against the full memory: "
+                             f"{'identical' if e['identical'] else 'DIFFERENT'} hypotheses on all {e['sentences']} test "
+                             f"sentences (largest score difference {e['max_score_difference']:.1e}).")
         att = results["attention"]
         types = att.get("l0drop", {}).get("token_types")
         if types:

@@ -1,0 +1,553 @@
+#!/usr/bin/env python
+"""Decoding speed of the composed model against stock fairseq, each single method and CTranslate2, side by side.
+
+Variants (one model size; fairseq's SequenceGenerator, beam search, output length forced):
+
+  stock            fairseq's own ``transformer``
+  l0drop           L0Drop on the encoder output, pruned decoding (Zhang, Titov & Sennrich 2021, Algorithm 1)
+  layers           L0Drop between every pair of encoder layers and on the output (Sec. 6), the encoder
+                   compacted (states dropped after layer k leave layers k+1..) and pruned decoding
+  layers_unpruned  the same checkpoint as ``layers`` decoded with pruned decoding off: every state in every
+                   layer and in the memory (same hypotheses; layers / layers_unpruned is what compaction and
+                   pruning gain on one model)
+  heads            physically pruned heads (Voita et al. 2019; Michel et al. 2019): --heads-pruned of the
+                   heads of every layer and attention type removed
+  simplified       the simplified decoder, no decoder FFN (Yang et al. 2020)
+  composed         all of them in one model: transformer_l0drop --l0drop-between-layers --simplified-decoder
+                   --kept-heads, as fairseq-train plus fairseq-sparse-prune-heads produce it
+  ct2_float32      the stock model converted to CTranslate2 (optional dependency: pip install ctranslate2),
+  ct2_int8         float32 and int8 weights, same beam, same forced length
+
+Every model has random weights (built in-process, saved as fairseq checkpoints, loaded back as
+fairseq-generate would). L0Drop gates close a chosen share of the source states: w is a fixed random
+direction and b is calibrated on a batch of random sources of each length (not the benchmark batch), gate by
+gate in forward order, so that the cumulative share pruned after encoder layer k is the k-th value of
+--layer-sparsity and the share pruned at the output is --sparsity. ``--layer-sparsity paper`` takes the
+rates of paper 000's between-layer run (WMT14 En-De, lambda 0.2: 0.0, 0.0, 8.6, 8.6, 8.7% after layers 1-5,
+34.0% at the output; 6 layers only).
+
+The output length is forced (--out-len tokens + EOS in fairseq; CTranslate2: min = max decoding length
+--out-len, so one step less), so that every variant runs the same number of beam steps.
+
+Timing (the rules of benchmarks/bench_common.py): per source length one fresh subprocess loads every
+variant and times one generate per variant in interleaved rounds whose order rotates; medians and paired
+ratios (median of per-round ratios) against stock; the spread of those ratios is the run's noise.
+
+Amdahl bound of each variant: the stock model's decoding time split by hooks into encoder self-attention and
+FFN per layer, decoder self-attention, encoder-decoder attention and decoder FFN (the rest: embeddings,
+output projection, beam search); each variant removes a share of those parts: an attention with a fraction
+k of its heads kept over a fraction r of its keys costs k * r (k * r^2 for encoder self-attention, quadratic
+in its rows), an FFN over a fraction r of the rows costs r, a removed FFN 0. bound = 1 / (1 - removed share):
+the speed-up if the removed work cost nothing and everything else stayed (an upper bound under proportional
+costs). r is measured: the rows each encoder layer ran over and the memory the decoder attended to.
+
+Usage:
+  python benchmarks/composed.py --threads 1 --clock cpu                 # small model, 25/400/800 tokens
+  python benchmarks/composed.py --quick --threads 1 --clock cpu         # smoke run, a few minutes
+  python benchmarks/composed.py --size base --layer-sparsity paper --sparsity 0.34
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_common  # noqa: E402
+from bench_common import fmt, print_header  # noqa: E402
+
+VARIANTS = ("stock", "l0drop", "layers", "layers_unpruned", "heads", "simplified", "composed", "ct2_float32",
+            "ct2_int8")
+CT2_VARIANTS = ("ct2_float32", "ct2_int8")
+#: the checkpoint each variant decodes (a variant not listed decodes its own)
+CHECKPOINT_OF = {"layers_unpruned": "layers", "ct2_float32": "stock", "ct2_int8": "stock"}
+#: models whose L0Drop gates are calibrated per source length
+GATED = ("l0drop", "layers", "composed")
+#: paper 000 Sec. 6: cumulative sparsity after encoder layers 1-5 and at the output (WMT14 En-De, lambda 0.2)
+PAPER_LAYER_SPARSITY, PAPER_OUTPUT_SPARSITY = (0.0, 0.0, 0.086, 0.086, 0.087), 0.34
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--lengths", default="25,400,800", help="source lengths in tokens, EOS included (comma list)")
+    p.add_argument("--batch-size", type=int, default=10)
+    p.add_argument("--out-len", type=int, default=60, help="forced output length (tokens before EOS)")
+    p.add_argument("--sparsity", type=float, default=0.5, help="share of source states pruned at the encoder output")
+    p.add_argument("--layer-sparsity", default="0.5",
+                   help="cumulative share of source states pruned after encoder layers 1..L-1: one value for all, a "
+                        "comma list of L-1 non-decreasing values <= --sparsity, or 'paper' (paper 000's between-layer "
+                        "run, 6 layers)")
+    p.add_argument("--heads-pruned", type=float, default=0.5,
+                   help="share of the heads of every layer and attention type removed (heads, composed)")
+    bench_common.add_size_args(p, "--size", bench_common.SIZES, default="small", help_prefix="random models: ")
+    p.add_argument("--variants", default=",".join(VARIANTS),
+                   help="comma list; the CTranslate2 variants are left out with a note when ctranslate2 is not "
+                        "installed, unless named here")
+    bench_common.add_run_args(p, repeats=3, threads=1)
+    p.add_argument("--quick", action="store_true",
+                   help="smoke run (a few minutes on 2 cores): size tiny, batch 4, out-len 20, 2 repeats")
+    p.add_argument("--workdir", help="keep the random checkpoints and child outputs here (default: a temp dir)")
+    p.add_argument("--_child", help=argparse.SUPPRESS)  # internal: JSON spec of one measurement
+    args = p.parse_args(argv)
+    if args.quick:
+        bench_common.apply_quick(args, {"batch_size": 4, "out_len": 20, "repeats": 2}, {"size": ("small", "tiny")})
+    if args._child is None:
+        check_args(p, args)
+    return args
+
+
+def check_args(p, args):
+    """Everything the run needs, checked before anything is built or timed."""
+    import importlib.util
+
+    bench_common.check_size_args(p, args, args.size)
+    bench_common.check_run_args(p, args)
+    args._length_list = bench_common.int_list(p, "--lengths", args.lengths, low=2)
+    for n in args._length_list:
+        bench_common.check_range(p, "--lengths", n, 2)
+    bench_common.check_range(p, "--batch-size", args.batch_size, 1, None)
+    bench_common.check_range(p, "--out-len", args.out_len, 1, bench_common.MAX_POSITIONS - 1)
+    for option, value in (("--sparsity", args.sparsity), ("--heads-pruned", args.heads_pruned)):
+        if not 0 <= value < 1:
+            p.error(f"{option} {value}: must lie in [0, 1)")
+    args._layer_rates = layer_rates(p, args)
+    asked = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in asked if v not in VARIANTS]
+    if unknown or not asked:
+        p.error(f"--variants: unknown or none: {', '.join(unknown) or repr(args.variants)} "
+                f"(choose from {', '.join(VARIANTS)})")
+    if "stock" not in asked:
+        p.error("--variants: every ratio is against stock; keep it in the list")
+    if importlib.util.find_spec("ctranslate2") is None and any(v in asked for v in CT2_VARIANTS):
+        if args.variants != p.get_default("variants"):
+            p.error("--variants names a CTranslate2 variant but ctranslate2 is not installed (pip install ctranslate2)")
+        print("note: ctranslate2 is not installed (pip install ctranslate2): the CTranslate2 variants are left out")
+        asked = [v for v in asked if v not in CT2_VARIANTS]
+    if args.device != "cpu" and any(v in asked for v in CT2_VARIANTS):
+        p.error("the CTranslate2 variants run on CPU here: --device cpu, or leave them out of --variants")
+    args._variants = [v for v in VARIANTS if v in asked]
+    if args.workdir and os.path.exists(args.workdir) and not os.path.isdir(args.workdir):
+        p.error(f"--workdir exists and is not a directory: {args.workdir}")
+
+
+def layer_rates(p, args):
+    """The cumulative sparsity after each of the encoder layers 1..L-1, checked."""
+    text = args.layer_sparsity.strip()
+    if text == "paper":
+        if args.layers != 6:
+            p.error(f"--layer-sparsity paper: paper 000's rates are for 6 encoder layers, the model has {args.layers}")
+        rates = list(PAPER_LAYER_SPARSITY)
+    else:
+        try:
+            rates = [float(x) for x in text.split(",")]
+        except ValueError:
+            p.error(f"--layer-sparsity: a number, a comma list of numbers or 'paper', got {text!r}")
+        if len(rates) == 1:
+            rates = rates * (args.layers - 1)
+    if len(rates) != args.layers - 1:
+        p.error(f"--layer-sparsity: {len(rates)} values for {args.layers - 1} gates between {args.layers} encoder layers")
+    if any(not 0 <= r < 1 for r in rates):
+        p.error(f"--layer-sparsity {text}: every value must lie in [0, 1)")
+    if any(b < a for a, b in zip(rates, rates[1:])) or (rates and rates[-1] > args.sparsity):
+        p.error(f"--layer-sparsity {text}: a state dropped stays dropped, so the values must not decrease and must "
+                f"not exceed --sparsity {args.sparsity}")
+    return rates
+
+
+# ---------------------------------------------------------------------------------------------
+# the random checkpoints (built in the parent)
+# ---------------------------------------------------------------------------------------------
+
+def kept_heads(args):
+    """--kept-heads JSON: in every layer and attention type, a seeded random subset of heads without --heads-pruned."""
+    import random
+
+    rng = random.Random(args.seed)
+    keep = max(1, args.heads - round(args.heads * args.heads_pruned))
+    return json.dumps({t: [sorted(rng.sample(range(args.heads), keep)) for _ in range(args.layers)]
+                       for t in ("enc", "dec", "encdec")})
+
+
+def arch_flags(args, variant):
+    heads = ["--kept-heads", kept_heads(args)]
+    return {"stock": ["--arch", "transformer"],
+            "l0drop": ["--arch", "transformer_l0drop"],
+            "layers": ["--arch", "transformer_l0drop", "--l0drop-between-layers"],
+            "heads": ["--arch", "transformer_head_gates", "--head-gates", ""] + heads,
+            "simplified": ["--arch", "transformer_simplified_decoder"],
+            "composed": ["--arch", "transformer_l0drop", "--l0drop-between-layers", "--simplified-decoder"] + heads,
+            }[variant]
+
+
+def calibrate_gates(args, model, dictionary, length):
+    """Set the L0Drop gates, in forward order, to the cumulative rates (--layer-sparsity, then --sparsity) on a
+    calibration batch of random sources of ``length`` tokens."""
+    import torch
+
+    enc = model.encoder
+    gates = list(enc.layer_l0drops or []) + [enc.l0drop]
+    targets = (args._layer_rates if enc.layer_l0drops is not None else []) + [args.sparsity]
+    B = max(10, args.batch_size)
+    calib = bench_common.random_sources(dictionary, B, length, args.seed + 7919 * length + 1)
+    w = torch.randn(args.dim, generator=torch.Generator().manual_seed(args.seed + 1))
+    for gate in gates:
+        gate.reset_parameters()  # open: every later gate sees the states the earlier ones leave
+    dropped = 0.0
+    for gate, target in zip(gates, targets):
+        seen = {}
+        hook = gate.register_forward_pre_hook(lambda m, a, kw: seen.update(x=a[0], alive=kw.get("alive")),
+                                              with_kwargs=True)
+        with torch.no_grad():
+            enc(calib, src_lengths=torch.full((B,), length))  # a direct call: not compacted
+        hook.remove()
+        scores = (seen["x"] @ w).t()
+        alive = seen["alive"] if seen["alive"] is not None else torch.ones_like(scores, dtype=torch.bool)
+        share = (target - dropped) / (1.0 - dropped)  # of the states still alive
+        bench_common.close_gate_at_quantile(gate.log_alpha_proj, scores[alive], w, min(max(share, 0.0), 1.0))
+        dropped = target
+
+
+def build_checkpoints(args, workdir, lengths):
+    """{(model, length or None): path}: one checkpoint per model, per length for the gated ones."""
+    import torch
+
+    data = os.path.join(workdir, "data")
+    history = [{"criterion_name": "CrossEntropyCriterion", "optimizer_name": "none",
+                "lr_scheduler_state": {"best": None}, "num_updates": 0}]
+    paths = {}
+    models = {CHECKPOINT_OF.get(v, v) for v in args._variants}
+    for name in [m for m in ("stock", "l0drop", "layers", "heads", "simplified", "composed") if m in models]:
+        model, task, margs = bench_common.build_random_model(args, data, arch_flags(args, name))
+        model.eval()
+        for n in (lengths if name in GATED else [None]):
+            if n is not None:
+                calibrate_gates(args, model, task.source_dictionary, n)
+            paths[(name, n)] = os.path.join(workdir, f"{name}{'' if n is None else f'_len{n}'}.pt")
+            torch.save({"args": margs, "model": model.state_dict(), "optimizer_history": history,
+                        "extra_state": {"train_iterator": None}}, paths[(name, n)])
+    if any(v in CT2_VARIANTS for v in args._variants):
+        import ctranslate2
+
+        out = os.path.join(workdir, "ct2_stock")
+        ctranslate2.converters.FairseqConverter(paths[("stock", None)], data, source_lang="src",
+                                                target_lang="tgt").convert(out, force=True)
+        paths[("ct2", None)] = out
+    return paths, data
+
+
+def checkpoint(paths, variant, length):
+    name = CHECKPOINT_OF.get(variant, variant)
+    if name == "stock" and variant in CT2_VARIANTS:
+        return paths[("ct2", None)]
+    return paths.get((name, length)) or paths[(name, None)]
+
+
+# ---------------------------------------------------------------------------------------------
+# one measurement (a child process)
+# ---------------------------------------------------------------------------------------------
+
+class Ct2Model:
+    """The stock model in CTranslate2: translate_batch with fairseq's beam and forced length."""
+
+    def __init__(self, path, compute_type, threads, dictionary):
+        import ctranslate2
+
+        self.translator = ctranslate2.Translator(path, device="cpu", compute_type=compute_type, inter_threads=1,
+                                                 intra_threads=threads)
+        self.dictionary = dictionary
+
+    def generate(self, sample, beam, out_len):
+        eos = self.dictionary.eos()
+        tokens = [[self.dictionary[int(i)] for i in row if int(i) != eos]  # CTranslate2 adds the EOS itself
+                  for row in sample["net_input"]["src_tokens"]]
+        return self.translator.translate_batch(tokens, beam_size=beam, min_decoding_length=out_len,
+                                               max_decoding_length=out_len, return_scores=True)
+
+
+def load(spec, variant, length):
+    """(model, task) of one variant: a fairseq model in eval mode, or a :class:`Ct2Model`."""
+    import torch
+    from fairseq import checkpoint_utils
+
+    path = spec["paths"][variant]
+    if variant in CT2_VARIANTS:
+        from fairseq.data import Dictionary
+
+        d = Dictionary.load(os.path.join(spec["data"], "dict.src.txt"))
+        return Ct2Model(path, variant.split("_")[1], spec["threads"], d), None
+    overrides = {"data": spec["data"]}
+    if variant == "layers_unpruned":
+        overrides["pruned_decoding"] = False
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides=overrides)
+    model = models[0].eval()
+    if spec["fp16"]:
+        model.half()
+    return model.to(torch.device(spec["device"])), task
+
+
+def encoder_rows(model, sample):
+    """The rows each encoder layer ran over and the memory length, on fairseq's generator path."""
+    import torch
+
+    rows, hooks = [], [layer.register_forward_pre_hook(lambda m, a: rows.append(a[0].size(0)))
+                       for layer in model.encoder.layers]
+    with torch.no_grad():
+        out = model.encoder.forward_torchscript(sample["net_input"])
+    for h in hooks:
+        h.remove()
+    src = sample["net_input"]["src_tokens"]
+    r = {"enc_rows": rows, "memory_len": out["encoder_out"][0].size(0)}
+    if "l0drop_gates" in out:
+        pad = src.eq(model.encoder.padding_idx)
+        r["sparsity"] = float(((out["l0drop_gates"][0] == 0) & ~pad).sum()) / float((~pad).sum())
+    return r
+
+
+def component_shares(model, gen, sample, clock):
+    """Share of one generate's time (``clock``) spent in each part of a fairseq transformer (by hooks)."""
+    import torch
+
+    spent, began, hooks = {}, {}, []
+
+    def watch(start_module, end_module, key):
+        def start(*_):
+            began[key] = clock()
+
+        def end(*_):
+            spent[key] = spent.get(key, 0.0) + clock() - began[key]
+
+        hooks.append(start_module.register_forward_pre_hook(start))
+        hooks.append(end_module.register_forward_hook(end))
+
+    for i, layer in enumerate(model.encoder.layers):
+        watch(layer.self_attn, layer.self_attn, f"enc_attn{i}")
+        watch(layer.fc1, layer.fc2, f"enc_ffn{i}")
+    for layer in model.decoder.layers:
+        watch(layer.self_attn, layer.self_attn, "dec_self")
+        watch(layer.encoder_attn, layer.encoder_attn, "dec_cross")
+        watch(layer.fc1, layer.fc2, "dec_ffn")
+    t0 = clock()
+    with torch.no_grad():
+        gen.generate([model], sample)
+    total = clock() - t0
+    for h in hooks:
+        h.remove()
+    return {k: v / total for k, v in spent.items()}
+
+
+def measure_times(spec):
+    """Timing child: every variant at one source length, loaded in one process, timed in interleaved rounds."""
+    import torch
+
+    bench_common.init_torch(argparse.Namespace(threads=spec["threads"], device=spec["device"]))
+    cuda = spec["device"] == "cuda"
+    L = spec["length"]
+    jobs, facts, task = {}, {}, None
+    for v in spec["variants"]:
+        model, t = load(spec, v, L)
+        task = task or t
+        jobs[v] = model
+    d = task.source_dictionary
+    src = bench_common.random_sources(d, spec["batch_size"], L, spec["seed"] + L)
+    sample = bench_common.source_sample(src.to(torch.device(spec["device"])))
+    gens = {v: bench_common.forced_generator(m, task.target_dictionary, spec["beam"], spec["out_len"])
+            for v, m in jobs.items() if v not in CT2_VARIANTS}
+    run = {v: (lambda v=v: jobs[v].generate(sample, spec["beam"], spec["out_len"]) if v in CT2_VARIANTS
+               else gens[v].generate([jobs[v]], sample)) for v in jobs}
+    for v in jobs:
+        facts[v] = {} if v in CT2_VARIANTS else encoder_rows(jobs[v], sample)
+        with torch.no_grad(), bench_common.PeakMemory(cuda) as mem:
+            for _ in range(max(1, spec["warmup"])):
+                out = run[v]()
+        if cuda:
+            facts[v]["cuda_peak_mb"] = mem.peak_mb
+        if v in CT2_VARIANTS:
+            facts[v]["out_lengths"] = sorted({len(h) for r in out for h in r.hypotheses})
+        else:
+            facts[v]["out_lengths"] = bench_common.out_lengths(out)
+            facts[v]["hypos"] = [[h["tokens"].tolist() for h in hs] for hs in out]
+            facts[v]["scores"] = [[float(h["score"]) for h in hs] for hs in out]
+    clock = time.process_time if spec["clock"] == "cpu" else time.perf_counter
+    shares = component_shares(jobs["stock"], gens["stock"], sample, clock)
+    with torch.no_grad():
+        rounds = bench_common.time_rounds(run, spec["repeats"], cuda)
+    for v, r in facts.items():
+        r.update(bench_common.clock_medians(rounds[v], spec["clock"]))
+    return {"length": L, "threads": torch.get_num_threads(), "shares": shares, "jobs": facts}
+
+
+def measure_memory(spec):
+    """Memory child (CPU): one variant in a fresh process, one generate; peak RSS and RSS after loading."""
+    import gc
+
+    import torch
+
+    bench_common.init_torch(argparse.Namespace(threads=spec["threads"], device="cpu"))
+    v, L = spec["variant"], spec["length"]
+    model, task = load(spec, v, L)
+    gc.collect()
+    loaded = bench_common.proc_status_mb("VmRSS")
+    d = model.dictionary if v in CT2_VARIANTS else task.source_dictionary
+    sample = bench_common.source_sample(bench_common.random_sources(d, spec["batch_size"], L, spec["seed"] + L))
+    with torch.no_grad():
+        if v in CT2_VARIANTS:
+            model.generate(sample, spec["beam"], spec["out_len"])
+        else:
+            bench_common.forced_generator(model, task.target_dictionary, spec["beam"], spec["out_len"]).generate(
+                [model], sample)
+    return {"rss_loaded_mb": loaded, "peak_rss_mb": bench_common.peak_rss_mb()}
+
+
+def run_child(args, mode, workdir, paths, data, length, **spec):
+    spec.update({"mode": mode, "data": data, "length": length, "batch_size": args.batch_size, "beam": args.beam,
+                 "out_len": args.out_len, "repeats": args.repeats, "warmup": args.warmup, "device": args.device,
+                 "fp16": args.fp16, "threads": args.threads, "clock": args.clock, "seed": args.seed,
+                 "paths": {v: checkpoint(paths, v, length) for v in args._variants}})
+    out = os.path.join(workdir, f"child_{mode}_{spec.get('variant', 'all')}_{length}.json")
+    spec["out"] = out
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--_child", json.dumps(spec)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-6000:])
+        raise SystemExit(f"measurement {mode} {spec.get('variant', '')} @ {length} failed ({proc.returncode})")
+    with open(out) as f:
+        return json.load(f)
+
+
+# ---------------------------------------------------------------------------------------------
+# the report
+# ---------------------------------------------------------------------------------------------
+
+def heads_kept_share(args, variant):
+    return 1.0 - round(args.heads * args.heads_pruned) / args.heads if variant in ("heads", "composed") else 1.0
+
+
+def amdahl_bound(args, variant, shares, r, length):
+    """1 / (1 - the share of the stock model's time the variant removes), see the module docstring."""
+    if variant in CT2_VARIANTS:
+        return None
+    k = heads_kept_share(args, variant)
+    rows = [n / length for n in r["enc_rows"]]
+    mem = r["memory_len"] / length
+    removed = sum(shares.get(f"enc_attn{i}", 0.0) * (1 - k * f * f) + shares.get(f"enc_ffn{i}", 0.0) * (1 - f)
+                  for i, f in enumerate(rows))
+    removed += shares.get("dec_self", 0.0) * (1 - k) + shares.get("dec_cross", 0.0) * (1 - k * mem)
+    if variant in ("simplified", "composed"):
+        removed += shares.get("dec_ffn", 0.0)
+    return 1.0 / max(1.0 - removed, 1e-9)
+
+
+def summarise(args, timing, memory):
+    rows = []
+    for L, res in sorted(timing.items()):
+        jobs, stock = res["jobs"], res["jobs"]["stock"]
+        row = {"length": L, "shares": res["shares"], "variants": {}}
+        for v, r in jobs.items():
+            ratio, paired = bench_common.speedup(stock, r)
+            row["variants"][v] = dict({k: r.get(k) for k in ("time_s", "times_s", "wall_s", "cpu_s", "enc_rows",
+                                                             "memory_len", "sparsity", "out_lengths", "cuda_peak_mb")},
+                                      vs_stock=ratio, vs_stock_paired=paired,
+                                      bound=amdahl_bound(args, v, res["shares"], r, L), **memory.get((v, L), {}))
+        if "layers" in jobs and "layers_unpruned" in jobs:
+            a, b = jobs["layers"], jobs["layers_unpruned"]
+            row["pruned_vs_unpruned"], row["pruned_vs_unpruned_paired"] = bench_common.speedup(b, a)
+            row["identical_hypotheses"] = a["hypos"] == b["hypos"]
+            row["max_score_diff"] = max(abs(x - y) for p, q in zip(a["scores"], b["scores"]) for x, y in zip(p, q))
+        rows.append(row)
+    return rows
+
+
+def print_report(args, rows, meta):
+    print()
+    print(f"Composed model benchmark: random models, {meta['model']}")
+    print(f"device {meta['device']}, torch threads {meta['threads']}, batch {args.batch_size}, beam {args.beam}, output "
+          f"forced to {args.out_len} tokens, median of {args.repeats} interleaved rounds after {args.warmup} warm-up")
+    print(f"assumed: output sparsity {args.sparsity:.1%}; cumulative sparsity after encoder layers 1..{args.layers - 1}: "
+          f"{', '.join(f'{r:.1%}' for r in args._layer_rates)}; heads removed per layer and type: "
+          f"{round(args.heads * args.heads_pruned)} of {args.heads}")
+    mem_name = "CUDA peak MB" if args.device == "cuda" else "peak RSS MB (loaded)"
+    for row in rows:
+        print()
+        print(f"source length {row['length']}; stock's time: " + ", ".join(
+            f"{k} {v:.0%}" for k, v in sorted(row["shares"].items(), key=lambda kv: -kv[1]) if v >= 0.01))
+        print_header(f"{'variant':>15} {args.clock + ' s':>8} {'vs stock':>8} {'(paired)':>8} {'bound':>6} "
+                     f"{'sparsity':>8} {'encoder rows':>16} {'memory':>6}  {mem_name}")
+        for v, r in row["variants"].items():
+            if args.device == "cuda":
+                mem = fmt(r.get("cuda_peak_mb"), "{:.0f}")
+            else:
+                mem = (f"{fmt(r.get('peak_rss_mb'), '{:.0f}')} ({fmt(r.get('rss_loaded_mb'), '{:.0f}')})"
+                       if r.get("peak_rss_mb") else "-")
+            enc_rows = "/".join(str(n) for n in r["enc_rows"]) if r.get("enc_rows") else "-"
+            print(f"{v:>15} {r['time_s']:>8.3f} {r['vs_stock']:>7.2f}x {r['vs_stock_paired']:>7.2f}x "
+                  f"{fmt(r['bound'], '{:.2f}x'):>6} {fmt(r.get('sparsity'), '{:.1%}'):>8} {enc_rows:>16} "
+                  f"{fmt(r.get('memory_len'), '{}'):>6}  {mem}")
+        if "pruned_vs_unpruned" in row:
+            print(f"layers / layers_unpruned (compaction and pruned memory on one checkpoint): "
+                  f"{row['pruned_vs_unpruned']:.2f}x (paired {row['pruned_vs_unpruned_paired']:.2f}x); identical "
+                  f"hypotheses: {'yes' if row['identical_hypotheses'] else 'NO'} (max score diff "
+                  f"{row['max_score_diff']:.1e})")
+    print()
+    print("vs stock: time(stock) / time(variant); (paired): median of the per-round ratios; bound: Amdahl bound from "
+          "stock's time split (see the docstring);")
+    print("encoder rows: rows each encoder layer ran over (compacted: 1 + most kept states); memory: source states the "
+          "decoder attends to.")
+    if args.device == "cpu" and not args.no_memory:
+        print(f"peak RSS at {max(r['length'] for r in rows)} tokens: ru_maxrss of a fresh process that loads one "
+              "model and runs one generate (model + libraries + decoding); (loaded): its RSS before decoding.")
+    ct2 = [v for v in rows[0]["variants"] if v in CT2_VARIANTS]
+    if ct2:
+        lengths = rows[0]["variants"][ct2[0]]["out_lengths"]
+        print(f"CTranslate2 output lengths {lengths} (fairseq: {args.out_len} + EOS).")
+    print(bench_common.noise_line({f"{v} vs stock, {row['length']} tokens": (row["variants"]["stock"]["times_s"],
+                                                                              r["times_s"])
+                                   for row in rows for v, r in row["variants"].items() if v != "stock"}))
+    print(f"load average before / after: {meta['loadavg_before']} / {meta['loadavg_after']}")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args._child:
+        spec = json.loads(args._child)
+        res = measure_times(spec) if spec["mode"] == "times" else measure_memory(spec)
+        with open(spec["out"], "w") as f:
+            json.dump(res, f)
+        return
+    started = bench_common.start(args)
+    bench_common.init_torch(args)
+    lengths = args._length_list
+    tmp = None
+    if args.workdir:
+        workdir = os.path.abspath(args.workdir)
+        os.makedirs(workdir, exist_ok=True)
+    else:
+        tmp = tempfile.TemporaryDirectory(prefix="composed_bench_")
+        workdir = tmp.name
+    model_desc = (f"{args.layers}+{args.layers} layers, dim {args.dim}, {args.heads} heads, FFN {args.ffn}, "
+                  f"vocab {args.vocab}")
+    print(f"building random models ({model_desc}) ...", flush=True)
+    paths, data = build_checkpoints(args, workdir, lengths)
+    timing, memory = {}, {}
+    for n in lengths:
+        print(f"timing {', '.join(args._variants)} @ {n} source tokens ...", flush=True)
+        t0 = time.time()
+        res = timing[n] = run_child(args, "times", workdir, paths, data, n, variants=args._variants)
+        for v, r in res["jobs"].items():
+            bench_common.print_rounds(v, r, 15)
+        print(f"  ({time.time() - t0:.0f} s)", flush=True)
+    if args.device == "cpu" and not args.no_memory:
+        print(f"peak memory at {max(lengths)} tokens, one fresh process per variant ...", flush=True)
+        for v in args._variants:
+            memory[(v, max(lengths))] = run_child(args, "memory", workdir, paths, data, max(lengths), variant=v)
+    rows = summarise(args, timing, memory)
+    meta = {"model": model_desc, **bench_common.machine_facts(args, started)}
+    print_report(args, rows, meta)
+    bench_common.finish(args, started, meta, {"rows": rows})
+    if tmp is not None:
+        tmp.cleanup()
+
+
+if __name__ == "__main__":
+    main()
