@@ -446,7 +446,8 @@ def summarise(args, timing, memory):
         row = {"length": L, "shares": res["shares"], "variants": {}}
         for v, r in jobs.items():
             ratio, paired = bench_common.speedup(stock, r)
-            row["variants"][v] = dict({k: r.get(k) for k in ("time_s", "times_s", "wall_s", "cpu_s", "enc_rows",
+            row["variants"][v] = dict({k: r.get(k) for k in ("time_s", "times_s", "wall_s", "cpu_s", "wall_times_s",
+                                                             "cpu_times_s", "enc_rows",
                                                              "memory_len", "sparsity", "out_lengths", "cuda_peak_mb")},
                                       vs_stock=ratio, vs_stock_paired=paired,
                                       bound=amdahl_bound(args, v, res["shares"], r, L), **memory.get((v, L), {}))

@@ -1,0 +1,90 @@
+"""Smoke test of benchmarks/composed.py: tiny random models of every variant at one source length run through
+the timing child, the compacted encoder and pruned memory give the hypotheses of the same checkpoint decoded
+in full, the report and JSON are consistent; options it cannot honour are refused before anything is built.
+No timing assertions."""
+import importlib
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(REPO, "benchmarks", "composed.py")
+HAVE_CT2 = importlib.util.find_spec("ctranslate2") is not None
+
+
+def test_composed_benchmark_smoke(tmp_path):
+    out_json = tmp_path / "composed.json"
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    cmd = [sys.executable, SCRIPT, "--size", "tiny", "--lengths", "40", "--batch-size", "2", "--beam", "2",
+           "--out-len", "5", "--repeats", "2", "--threads", "1", "--clock", "cpu", "--no-memory",
+           "--sparsity", "0.5", "--layer-sparsity", "0.4", "--json", str(out_json)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
+    out = proc.stdout
+    assert proc.returncode == 0, out[-4000:] + proc.stderr[-4000:]
+    assert "identical hypotheses: yes" in out and "noise:" in out, out
+    assert "cumulative sparsity after encoder layers 1..1: 40.0%" in out, out
+    assert ("ctranslate2 is not installed" in out) != HAVE_CT2, out
+
+    res = json.loads(out_json.read_text())
+    (row,) = res["rows"]
+    v = row["variants"]
+    expected = {"stock", "l0drop", "layers", "layers_unpruned", "heads", "simplified", "composed"}
+    assert set(v) == expected | ({"ct2_float32", "ct2_int8"} if HAVE_CT2 else set())
+    assert row["identical_hypotheses"] is True
+    assert v["stock"]["enc_rows"] == [40, 40] and v["stock"]["bound"] == pytest.approx(1.0)
+    assert v["layers_unpruned"]["enc_rows"] == [40, 40] and v["layers_unpruned"]["memory_len"] == 40
+    for name in ("layers", "composed"):  # compacted after layer 1: 1 + most kept states of the batch
+        assert v[name]["enc_rows"][1] < 40 and v[name]["memory_len"] <= v[name]["enc_rows"][1]
+    assert v["l0drop"]["enc_rows"] == [40, 40] and v["l0drop"]["memory_len"] < 40
+    for name in ("l0drop", "layers", "composed"):
+        assert 0.2 < v[name]["sparsity"] < 0.8, (name, v[name]["sparsity"])
+    for name in ("heads", "simplified", "composed", "layers"):
+        assert v[name]["bound"] > 1.0, name
+    assert v["composed"]["bound"] > max(v["heads"]["bound"], v["simplified"]["bound"])
+    for name, r in v.items():
+        assert len(r["times_s"]) == 2 and r["times_s"] == r["cpu_times_s"] and r["vs_stock"] > 0
+        assert r["out_lengths"] == ([5] if name.startswith("ct2") else [6]), (name, r["out_lengths"])
+    assert set(row["shares"]) >= {"enc_attn0", "enc_ffn1", "dec_self", "dec_cross", "dec_ffn"}
+    assert 0 < sum(row["shares"].values()) < 1
+
+
+@pytest.mark.parametrize("args, msg", [
+    (["--sparsity", "1.0"], "--sparsity 1.0: must lie in [0, 1)"),
+    (["--sparsity", "nan"], "--sparsity nan: must lie in [0, 1)"),
+    (["--heads-pruned", "-0.1"], "--heads-pruned -0.1"),
+    (["--size", "tiny", "--sparsity", "0.3", "--layer-sparsity", "0.5"], "must not exceed --sparsity"),
+    (["--size", "tiny", "--layer-sparsity", "0.1,0.2"], "2 values for 1 gates"),
+    (["--size", "tiny", "--layer-sparsity", "paper"], "6 encoder layers"),
+    (["--layer-sparsity", "0.3,0.2"], "must not decrease"),
+    (["--lengths", "25,2000"], "--lengths 2000"),
+    (["--variants", "layers,composed"], "keep it in the list"),
+    (["--variants", "stock,fast"], "--variants"),
+    (["--json", "NO/x.json"], "directory does not exist"),
+])
+def test_composed_benchmark_refuses_bad_options(capsys, monkeypatch, tmp_path, args, msg):
+    """Options that cannot be honoured stop the run (argparse's exit 2) before any model is built."""
+    monkeypatch.syspath_prepend(os.path.join(REPO, "benchmarks"))
+    bench = importlib.import_module("composed")
+    args = [str(tmp_path / a) if a.startswith("NO") else a for a in args]
+    with pytest.raises(SystemExit) as e:
+        bench.parse_args(args)
+    assert e.value.code == 2
+    assert msg in capsys.readouterr().err
+
+
+def test_composed_benchmark_ctranslate2_asked_for_but_missing(capsys, monkeypatch):
+    """CTranslate2 named in --variants but not installed: a clear error; left to the default, a note."""
+    monkeypatch.syspath_prepend(os.path.join(REPO, "benchmarks"))
+    bench = importlib.import_module("composed")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ctranslate2" else real(name, *a))
+    with pytest.raises(SystemExit) as e:
+        bench.parse_args(["--variants", "stock,ct2_int8"])
+    assert e.value.code == 2 and "ctranslate2 is not installed" in capsys.readouterr().err
+    args = bench.parse_args([])
+    assert "ct2_int8" not in args._variants and "composed" in args._variants
+    assert "the CTranslate2 variants are left out" in capsys.readouterr().out
