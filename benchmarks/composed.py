@@ -35,11 +35,12 @@ ratios (median of per-round ratios) against stock; the spread of those ratios is
 
 Amdahl bound of each variant: the stock model's decoding time split by hooks into encoder self-attention and
 FFN per layer, decoder self-attention, encoder-decoder attention, decoder FFN and the generator's per-step
-reordering of the memory (encoder output, encoder-decoder key/value cache: transformer_l0drop shares one
-memory per sentence and skips it); the rest is embeddings, output projection and beam search. Each variant
-removes a share of those parts: an attention with a fraction k of its heads kept over a fraction r of its
-keys costs k * r (k * r^2 for encoder self-attention, quadratic in its rows), an FFN over a fraction r of
-the rows costs r, a removed FFN or a skipped reordering 0. bound = 1 / (1 - removed share):
+reordering of the memory (encoder output, encoder-decoder key/value cache); the rest is embeddings, output
+projection and beam search. Each variant removes a share of those parts: an attention with a fraction k of
+its heads kept over a fraction r of its keys costs k * r (k * r^2 for encoder self-attention, quadratic in
+its rows), an FFN over a fraction r of the rows costs r, a removed FFN 0. transformer_l0drop shares one
+memory per sentence (fairseq's beamable encoder-decoder attention): no reordering, and the memory's keys and
+values are projected once per sentence, not once per hypothesis (1 / beam of stock's projection). bound = 1 / (1 - removed share):
 the speed-up if the removed work cost nothing and everything else stayed (an upper bound under proportional
 costs). r is measured: the rows each encoder layer ran over and the memory the decoder attended to.
 
@@ -68,7 +69,7 @@ CHECKPOINT_OF = {"layers_unpruned": "layers", "ct2_float32": "stock", "ct2_int8"
 #: models whose L0Drop gates are calibrated per source length
 GATED = ("l0drop", "layers", "composed")
 #: transformer_l0drop decodes from one memory per sentence (fairseq's beamable encoder-decoder attention): the
-#: generator's per-step reordering of the encoder output and of the encoder-decoder key/value cache is skipped
+#: generator's per-step reordering of the memory is skipped and its keys and values are projected per sentence
 SHARED_MEMORY = ("l0drop", "layers", "layers_unpruned", "composed")
 #: paper 000 Sec. 6: cumulative sparsity after encoder layers 1-5 and at the output (WMT14 En-De, lambda 0.2)
 PAPER_LAYER_SPARSITY, PAPER_OUTPUT_SPARSITY = (0.0, 0.0, 0.086, 0.086, 0.087), 0.34
@@ -346,7 +347,9 @@ def component_shares(model, gen, sample, clock):
         watch(layer.fc1, layer.fc2, f"enc_ffn{i}")
     for layer in model.decoder.layers:
         watch(layer.self_attn, layer.self_attn, "dec_self")
-        watch(layer.encoder_attn, layer.encoder_attn, "dec_cross")
+        watch(layer.encoder_attn, layer.encoder_attn, "dec_cross")  # includes the next two
+        watch(layer.encoder_attn.k_proj, layer.encoder_attn.k_proj, "dec_cross_kv")
+        watch(layer.encoder_attn.v_proj, layer.encoder_attn.v_proj, "dec_cross_kv")
         watch_method(layer.encoder_attn, "reorder_incremental_state", "memory_reorder")
         watch(layer.fc1, layer.fc2, "dec_ffn")
     t0 = clock()
@@ -456,11 +459,14 @@ def amdahl_bound(args, variant, shares, r, length):
     mem = r["memory_len"] / length
     removed = sum(shares.get(f"enc_attn{i}", 0.0) * (1 - k * f * f) + shares.get(f"enc_ffn{i}", 0.0) * (1 - f)
                   for i, f in enumerate(rows))
-    removed += shares.get("dec_self", 0.0) * (1 - k) + shares.get("dec_cross", 0.0) * (1 - k * mem)
-    if variant in ("simplified", "composed"):
-        removed += shares.get("dec_ffn", 0.0)
+    kv, cross = shares.get("dec_cross_kv", 0.0), shares.get("dec_cross", 0.0)
+    # one memory per sentence: keys and values projected once per sentence, not per hypothesis; no reordering
+    per_sentence = 1.0 / args.beam if variant in SHARED_MEMORY else 1.0
+    removed += shares.get("dec_self", 0.0) * (1 - k) + (cross - kv) * (1 - k * mem) + kv * (1 - k * mem * per_sentence)
     if variant in SHARED_MEMORY:
         removed += shares.get("memory_reorder", 0.0)
+    if variant in ("simplified", "composed"):
+        removed += shares.get("dec_ffn", 0.0)
     return 1.0 / max(1.0 - removed, 1e-9)
 
 
