@@ -279,6 +279,29 @@ def random_sources(dictionary, batch, length, generator):
     return src
 
 
+def make_sources(task, length, batch, subset, seed):
+    """(batch x length sources, what they are): consecutive sentences of the task's ``subset``, concatenated and
+    cut (EOS last), or random tokens when the subset is missing."""
+    import torch
+
+    d = task.source_dictionary
+    try:
+        task.load_dataset(subset)
+        ds = task.dataset(subset).src
+    except Exception:
+        ds = None
+    if ds is None or len(ds) == 0:
+        return random_sources(d, batch, length, seed), "random tokens"
+    need, stream, i = batch * (length - 1), [], 0
+    while sum(t.numel() for t in stream) < need:
+        t = ds[i % len(ds)]
+        stream.append(t[t.ne(d.eos())])
+        i += 1
+    words = torch.cat(stream)[:need].view(batch, length - 1)
+    src = torch.cat([words, torch.full((batch, 1), d.eos(), dtype=words.dtype)], dim=1)
+    return src, f"{subset} sentences, concatenated"
+
+
 def source_sample(src):
     """fairseq's sample of a batch of equal-length sources (no padding)."""
     import torch

@@ -50,6 +50,7 @@ Usage:
   python benchmarks/composed.py --size base --layer-sparsity paper --sparsity 0.34
 """
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -64,13 +65,13 @@ from bench_common import fmt, print_header  # noqa: E402
 VARIANTS = ("stock", "l0drop", "layers", "layers_unpruned", "heads", "simplified", "composed", "ct2_float32",
             "ct2_int8")
 CT2_VARIANTS = ("ct2_float32", "ct2_int8")
+#: fairseq architectures CTranslate2's FairseqConverter takes (stock transformer and its size presets)
+CT2_ARCHS = ("transformer", "transformer_iwslt_de_en", "transformer_wmt_en_de", "transformer_vaswani_wmt_en_de_big",
+             "transformer_vaswani_wmt_en_fr_big", "transformer_wmt_en_de_big", "transformer_wmt_en_de_big_t2t")
 #: the checkpoint each variant decodes (a variant not listed decodes its own)
 CHECKPOINT_OF = {"layers_unpruned": "layers", "ct2_float32": "stock", "ct2_int8": "stock"}
 #: models whose L0Drop gates are calibrated per source length
 GATED = ("l0drop", "layers", "composed")
-#: transformer_l0drop decodes from one memory per sentence (fairseq's beamable encoder-decoder attention): the
-#: generator's per-step reordering of the memory is skipped and its keys and values are projected per sentence
-SHARED_MEMORY = ("l0drop", "layers", "layers_unpruned", "composed")
 #: paper 000 Sec. 6: cumulative sparsity after encoder layers 1-5 and at the output (WMT14 En-De, lambda 0.2)
 PAPER_LAYER_SPARSITY, PAPER_OUTPUT_SPARSITY = (0.0, 0.0, 0.086, 0.086, 0.087), 0.34
 
@@ -88,6 +89,13 @@ def parse_args(argv=None):
     p.add_argument("--heads-pruned", type=float, default=0.5,
                    help="share of the heads of every layer and attention type removed (heads, composed)")
     bench_common.add_size_args(p, "--size", bench_common.SIZES, default="small", help_prefix="random models: ")
+    p.add_argument("--path", action="append", metavar="NAME=CKPT",
+                   help="time trained checkpoints instead of random models (repeat; one must be named stock, e.g. "
+                        "a stock transformer; a name ending in _unpruned decodes with pruned decoding off; ct2_float32 "
+                        "and ct2_int8 convert the stock checkpoint); the rates and sizes options then do not apply")
+    p.add_argument("--data", help="with --path: the checkpoints' data-bin (dictionaries; sources from --gen-subset)")
+    p.add_argument("--gen-subset", default="test", help="with --data: the split whose sentences, concatenated, make "
+                                                      "the sources (random tokens if it is missing)")
     p.add_argument("--variants", default=",".join(VARIANTS),
                    help="comma list; the CTranslate2 variants are left out with a note when ctranslate2 is not "
                         "installed, unless named here")
@@ -106,26 +114,28 @@ def parse_args(argv=None):
 
 def check_args(p, args):
     """Everything the run needs, checked before anything is built or timed."""
-    import importlib.util
 
     bench_common.check_size_args(p, args, args.size)
     bench_common.check_run_args(p, args)
     args._length_list = bench_common.int_list(p, "--lengths", args.lengths, low=2)
-    for n in args._length_list:
-        bench_common.check_range(p, "--lengths", n, 2)
+    for n in args._length_list:  # a checkpoint's own limit is checked with --path
+        bench_common.check_range(p, "--lengths", n, 2, None if args.path else bench_common.MAX_POSITIONS)
     bench_common.check_range(p, "--batch-size", args.batch_size, 1, None)
     bench_common.check_range(p, "--out-len", args.out_len, 1, bench_common.MAX_POSITIONS - 1)
     for option, value in (("--sparsity", args.sparsity), ("--heads-pruned", args.heads_pruned)):
         if not 0 <= value < 1:
             p.error(f"{option} {value}: must lie in [0, 1)")
     args._layer_rates = layer_rates(p, args)
-    asked = [v.strip() for v in args.variants.split(",") if v.strip()]
-    unknown = [v for v in asked if v not in VARIANTS]
+    args._paths = checkpoint_paths(p, args)
+    known = tuple(args._paths) + CT2_VARIANTS if args._paths else VARIANTS
+    asked = ([v.strip() for v in args.variants.split(",") if v.strip()] if not args._paths
+             else list(args._paths) + [v.strip() for v in args.variants.split(",") if v.strip() in CT2_VARIANTS])
+    unknown = [v for v in asked if v not in known]
     if unknown or not asked:
         p.error(f"--variants: unknown or none: {', '.join(unknown) or repr(args.variants)} "
-                f"(choose from {', '.join(VARIANTS)})")
+                f"(choose from {', '.join(known)})")
     if "stock" not in asked:
-        p.error("--variants: every ratio is against stock; keep it in the list")
+        p.error("--variants / --path: every ratio is against stock; keep it in the list")
     if importlib.util.find_spec("ctranslate2") is None and any(v in asked for v in CT2_VARIANTS):
         if args.variants != p.get_default("variants"):
             p.error("--variants names a CTranslate2 variant but ctranslate2 is not installed (pip install ctranslate2)")
@@ -133,9 +143,45 @@ def check_args(p, args):
         asked = [v for v in asked if v not in CT2_VARIANTS]
     if args.device != "cpu" and any(v in asked for v in CT2_VARIANTS):
         p.error("the CTranslate2 variants run on CPU here: --device cpu, or leave them out of --variants")
-    args._variants = [v for v in VARIANTS if v in asked]
+    args._variants = [v for v in known if v in asked]
     if args.workdir and os.path.exists(args.workdir) and not os.path.isdir(args.workdir):
         p.error(f"--workdir exists and is not a directory: {args.workdir}")
+
+
+def checkpoint_paths(p, args):
+    """{name: checkpoint} of --path, each checked (a complete checkpoint whose positions hold every length)."""
+    from fairseq_sparse.analysis.sparsity_curve import model_options, read_state
+    from fairseq_sparse.cli.common import ToolError, check_checkpoint_file, check_data_dir
+
+    if not args.path:
+        if args.data:
+            p.error("--data goes with --path")
+        return {}
+    if not args.data:
+        p.error("--path needs --data (the checkpoints' data-bin)")
+    paths = {}
+    for item in args.path:
+        name, _, path = item.partition("=")
+        if not name or not path or name in paths or name in CT2_VARIANTS:
+            p.error(f"--path {item}: give NAME=CKPT, each NAME once, not a CTranslate2 variant's name")
+        try:
+            check_checkpoint_file(path, f"--path {name}")
+            check_data_dir(args.data, "--data")
+        except ToolError as e:
+            p.error(str(e))
+        options = model_options(read_state(path))
+        limit = options.get("max_source_positions") or bench_common.MAX_POSITIONS
+        if max(args._length_list) > limit:
+            p.error(f"--lengths {max(args._length_list)}: beyond --path {name}'s {limit} source positions")
+        paths[name] = os.path.abspath(path)
+    stock = paths.get("stock")
+    if stock and importlib.util.find_spec("ctranslate2") is not None and any(
+            v in args.variants.split(",") for v in CT2_VARIANTS):
+        arch = model_options(read_state(stock)).get("arch")
+        if arch not in CT2_ARCHS:
+            p.error(f"--path stock={stock}: CTranslate2 converts fairseq's transformer architectures ({arch} is not "
+                    "one); give a stock transformer checkpoint or leave the CTranslate2 variants out of --variants")
+    return paths
 
 
 def layer_rates(p, args):
@@ -219,6 +265,9 @@ def build_checkpoints(args, workdir, lengths):
     """{(model, length or None): path}: one checkpoint per model, per length for the gated ones."""
     import torch
 
+    if args._paths:
+        paths, data = {(name, None): path for name, path in args._paths.items()}, os.path.abspath(args.data)
+        return convert_to_ct2(args, workdir, paths, data), data
     data = os.path.join(workdir, "data")
     history = [{"criterion_name": "CrossEntropyCriterion", "optimizer_name": "none",
                 "lr_scheduler_state": {"best": None}, "num_updates": 0}]
@@ -233,20 +282,38 @@ def build_checkpoints(args, workdir, lengths):
             paths[(name, n)] = os.path.join(workdir, f"{name}{'' if n is None else f'_len{n}'}.pt")
             torch.save({"args": margs, "model": model.state_dict(), "optimizer_history": history,
                         "extra_state": {"train_iterator": None}}, paths[(name, n)])
+    return convert_to_ct2(args, workdir, paths, data), data
+
+
+def convert_to_ct2(args, workdir, paths, data):
+    """The stock checkpoint converted to CTranslate2 (float32 weights; int8 is chosen when it is loaded)."""
     if any(v in CT2_VARIANTS for v in args._variants):
         import ctranslate2
 
+        from fairseq_sparse.analysis.sparsity_curve import model_options, read_state
+
+        options = model_options(read_state(paths[("stock", None)]))
         out = os.path.join(workdir, "ct2_stock")
-        ctranslate2.converters.FairseqConverter(paths[("stock", None)], data, source_lang="src",
-                                                target_lang="tgt").convert(out, force=True)
+        ctranslate2.converters.FairseqConverter(paths[("stock", None)], data, source_lang=options.get("source_lang"),
+                                                target_lang=options.get("target_lang")).convert(out, force=True)
         paths[("ct2", None)] = out
-    return paths, data
+    return paths
+
+
+def source_lang(args, paths):
+    """The source suffix of the dictionaries (src for the random models)."""
+    if not args._paths:
+        return "src"
+    from fairseq_sparse.analysis.sparsity_curve import model_options, read_state
+
+    return model_options(read_state(paths[("stock", None)])).get("source_lang")
 
 
 def checkpoint(paths, variant, length):
-    name = CHECKPOINT_OF.get(variant, variant)
-    if name == "stock" and variant in CT2_VARIANTS:
+    """The checkpoint (or CTranslate2 folder) variant decodes at a source length."""
+    if variant in CT2_VARIANTS:
         return paths[("ct2", None)]
+    name = variant if any(key[0] == variant for key in paths) else CHECKPOINT_OF[variant]
     return paths.get((name, length)) or paths[(name, None)]
 
 
@@ -281,10 +348,10 @@ def load(spec, variant, length):
     if variant in CT2_VARIANTS:
         from fairseq.data import Dictionary
 
-        d = Dictionary.load(os.path.join(spec["data"], "dict.src.txt"))
+        d = Dictionary.load(os.path.join(spec["data"], f"dict.{spec['source_lang']}.txt"))
         return Ct2Model(path, variant.split("_")[1], spec["threads"], d), None
     overrides = {"data": spec["data"]}
-    if variant == "layers_unpruned":
+    if variant.endswith("_unpruned"):
         overrides["pruned_decoding"] = False
     models, _, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides=overrides)
     model = models[0].eval()
@@ -294,8 +361,11 @@ def load(spec, variant, length):
 
 
 def encoder_rows(model, sample):
-    """The rows each encoder layer ran over and the memory length, on fairseq's generator path."""
+    """The rows each encoder layer ran over and the memory length, on fairseq's generator path; the heads of
+    every attention layer, the decoder layers with an FFN, whether the memory is shared by the hypotheses."""
     import torch
+
+    from fairseq_sparse.modules.head_gates import head_layout
 
     rows, hooks = [], [layer.register_forward_pre_hook(lambda m, a: rows.append(a[0].size(0)))
                        for layer in model.encoder.layers]
@@ -304,7 +374,11 @@ def encoder_rows(model, sample):
     for h in hooks:
         h.remove()
     src = sample["net_input"]["src_tokens"]
-    r = {"enc_rows": rows, "memory_len": out["encoder_out"][0].size(0)}
+    layout = head_layout(model)
+    r = {"enc_rows": rows, "memory_len": out["encoder_out"][0].size(0),
+         "heads": {t: [n for (kind, _), n in layout.items() if kind == t] for t in ("enc", "dec", "encdec")},
+         "dec_ffn": [getattr(layer, "fc1", None) is not None for layer in model.decoder.layers],
+         "shared_memory": "l0drop_gates" in out}
     if "l0drop_gates" in out:
         pad = src.eq(model.encoder.padding_idx)
         r["sparsity"] = float(((out["l0drop_gates"][0] == 0) & ~pad).sum()) / float((~pad).sum())
@@ -375,8 +449,7 @@ def measure_times(spec):
         model, t = load(spec, v, L)
         task = task or t
         jobs[v] = model
-    d = task.source_dictionary
-    src = bench_common.random_sources(d, spec["batch_size"], L, spec["seed"] + L)
+    src, source = bench_common.make_sources(task, L, spec["batch_size"], spec["gen_subset"], spec["seed"] + L)
     sample = bench_common.source_sample(src.to(torch.device(spec["device"])))
     gens = {v: bench_common.forced_generator(m, task.target_dictionary, spec["beam"], spec["out_len"])
             for v, m in jobs.items() if v not in CT2_VARIANTS}
@@ -401,7 +474,7 @@ def measure_times(spec):
         rounds = bench_common.time_rounds(run, spec["repeats"], cuda)
     for v, r in facts.items():
         r.update(bench_common.clock_medians(rounds[v], spec["clock"]))
-    return {"length": L, "threads": torch.get_num_threads(), "shares": shares, "jobs": facts}
+    return {"length": L, "threads": torch.get_num_threads(), "shares": shares, "jobs": facts, "source": source}
 
 
 def measure_memory(spec):
@@ -415,8 +488,10 @@ def measure_memory(spec):
     model, task = load(spec, v, L)
     gc.collect()
     loaded = bench_common.proc_status_mb("VmRSS")
-    d = model.dictionary if v in CT2_VARIANTS else task.source_dictionary
-    sample = bench_common.source_sample(bench_common.random_sources(d, spec["batch_size"], L, spec["seed"] + L))
+    if v in CT2_VARIANTS:  # the same sources as the timing child (its task)
+        _, task = load(spec, "stock", L)
+    src, _ = bench_common.make_sources(task, L, spec["batch_size"], spec["gen_subset"], spec["seed"] + L)
+    sample = bench_common.source_sample(src)
     with torch.no_grad():
         if v in CT2_VARIANTS:
             model.generate(sample, spec["beam"], spec["out_len"])
@@ -430,7 +505,8 @@ def run_child(args, mode, workdir, paths, data, length, **spec):
     spec.update({"mode": mode, "data": data, "length": length, "batch_size": args.batch_size, "beam": args.beam,
                  "out_len": args.out_len, "repeats": args.repeats, "warmup": args.warmup, "device": args.device,
                  "fp16": args.fp16, "threads": args.threads, "clock": args.clock, "seed": args.seed,
-                 "paths": {v: checkpoint(paths, v, length) for v in args._variants}})
+                 "gen_subset": args.gen_subset, "source_lang": source_lang(args, paths),
+                 "paths": {v: checkpoint(paths, v, length) for v in args._variants + ["stock"]}})
     out = os.path.join(workdir, f"child_{mode}_{spec.get('variant', 'all')}_{length}.json")
     spec["out"] = out
     proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--_child", json.dumps(spec)],
@@ -446,27 +522,28 @@ def run_child(args, mode, workdir, paths, data, length, **spec):
 # the report
 # ---------------------------------------------------------------------------------------------
 
-def heads_kept_share(args, variant):
-    return 1.0 - round(args.heads * args.heads_pruned) / args.heads if variant in ("heads", "composed") else 1.0
-
-
-def amdahl_bound(args, variant, shares, r, length):
-    """1 / (1 - the share of the stock model's time the variant removes), see the module docstring."""
-    if variant in CT2_VARIANTS:
+def amdahl_bound(shares, r, stock, length, beam):
+    """1 / (1 - the share of the stock model's time the variant ``r`` removes), see the module docstring; the
+    variant's structure as measured (rows, memory, heads per layer, decoder FFNs) against stock's."""
+    if "enc_rows" not in r:  # CTranslate2: another engine
         return None
-    k = heads_kept_share(args, variant)
-    rows = [n / length for n in r["enc_rows"]]
+
+    def kept(kind, i):
+        return r["heads"][kind][i] / stock["heads"][kind][i]
+
     mem = r["memory_len"] / length
-    removed = sum(shares.get(f"enc_attn{i}", 0.0) * (1 - k * f * f) + shares.get(f"enc_ffn{i}", 0.0) * (1 - f)
-                  for i, f in enumerate(rows))
-    kv, cross = shares.get("dec_cross_kv", 0.0), shares.get("dec_cross", 0.0)
-    # one memory per sentence: keys and values projected once per sentence, not per hypothesis; no reordering
-    per_sentence = 1.0 / args.beam if variant in SHARED_MEMORY else 1.0
-    removed += shares.get("dec_self", 0.0) * (1 - k) + (cross - kv) * (1 - k * mem) + kv * (1 - k * mem * per_sentence)
-    if variant in SHARED_MEMORY:
-        removed += shares.get("memory_reorder", 0.0)
-    if variant in ("simplified", "composed"):
-        removed += shares.get("dec_ffn", 0.0)
+    per_sentence = 1.0 / beam if r["shared_memory"] else 1.0  # keys and values projected once per sentence
+    removed = shares.get("memory_reorder", 0.0) if r["shared_memory"] else 0.0
+    for i, n in enumerate(r["enc_rows"]):
+        f = n / length
+        removed += shares.get(f"enc_attn{i}", 0.0) * (1 - kept("enc", i) * f * f)
+        removed += shares.get(f"enc_ffn{i}", 0.0) * (1 - f)
+    layers = len(r["dec_ffn"])
+    for i in range(layers):  # decoder shares are summed over layers: each layer counts 1 / layers of them
+        kv, cross = shares.get("dec_cross_kv", 0.0) / layers, shares.get("dec_cross", 0.0) / layers
+        removed += shares.get("dec_self", 0.0) / layers * (1 - kept("dec", i)) if stock["heads"]["dec"] else 0.0
+        removed += (cross - kv) * (1 - kept("encdec", i) * mem) + kv * (1 - kept("encdec", i) * mem * per_sentence)
+        removed += 0.0 if r["dec_ffn"][i] else shares.get("dec_ffn", 0.0) / layers
     return 1.0 / max(1.0 - removed, 1e-9)
 
 
@@ -481,7 +558,8 @@ def summarise(args, timing, memory):
                                                              "cpu_times_s", "enc_rows",
                                                              "memory_len", "sparsity", "out_lengths", "cuda_peak_mb")},
                                       vs_stock=ratio, vs_stock_paired=paired,
-                                      bound=amdahl_bound(args, v, res["shares"], r, L), **memory.get((v, L), {}))
+                                      bound=amdahl_bound(res["shares"], r, stock, L, args.beam),
+                                      **memory.get((v, L), {}))
         if "layers" in jobs and "layers_unpruned" in jobs:
             a, b = jobs["layers"], jobs["layers_unpruned"]
             row["pruned_vs_unpruned"], row["pruned_vs_unpruned_paired"] = bench_common.speedup(b, a)
@@ -493,12 +571,14 @@ def summarise(args, timing, memory):
 
 def print_report(args, rows, meta):
     print()
-    print(f"Composed model benchmark: random models, {meta['model']}")
+    print(f"Composed model benchmark: {meta['model']}")
     print(f"device {meta['device']}, torch threads {meta['threads']}, batch {args.batch_size}, beam {args.beam}, output "
-          f"forced to {args.out_len} tokens, median of {args.repeats} interleaved rounds after {args.warmup} warm-up")
-    print(f"assumed: output sparsity {args.sparsity:.1%}; cumulative sparsity after encoder layers 1..{args.layers - 1}: "
-          f"{', '.join(f'{r:.1%}' for r in args._layer_rates)}; heads removed per layer and type: "
-          f"{round(args.heads * args.heads_pruned)} of {args.heads}")
+          f"forced to {args.out_len} tokens, median of {args.repeats} interleaved rounds after {args.warmup} warm-up; "
+          f"sources: {meta['source']}")
+    if not args._paths:
+        print(f"assumed: output sparsity {args.sparsity:.1%}; cumulative sparsity after encoder layers "
+              f"1..{args.layers - 1}: {', '.join(f'{r:.1%}' for r in args._layer_rates)}; heads removed per layer and "
+              f"type: {round(args.heads * args.heads_pruned)} of {args.heads}")
     mem_name = "CUDA peak MB" if args.device == "cuda" else "peak RSS MB (loaded)"
     for row in rows:
         print()
@@ -557,9 +637,12 @@ def main(argv=None):
     else:
         tmp = tempfile.TemporaryDirectory(prefix="composed_bench_")
         workdir = tmp.name
-    model_desc = (f"{args.layers}+{args.layers} layers, dim {args.dim}, {args.heads} heads, FFN {args.ffn}, "
-                  f"vocab {args.vocab}")
-    print(f"building random models ({model_desc}) ...", flush=True)
+    if args._paths:
+        model_desc = "checkpoints " + ", ".join(f"{k}={v}" for k, v in args._paths.items())
+    else:
+        model_desc = (f"random models, {args.layers}+{args.layers} layers, dim {args.dim}, {args.heads} heads, FFN "
+                      f"{args.ffn}, vocab {args.vocab}")
+        print(f"building {model_desc} ...", flush=True)
     paths, data = build_checkpoints(args, workdir, lengths)
     timing, memory = {}, {}
     for n in lengths:
@@ -574,7 +657,8 @@ def main(argv=None):
         for v in args._variants:
             memory[(v, max(lengths))] = run_child(args, "memory", workdir, paths, data, max(lengths), variant=v)
     rows = summarise(args, timing, memory)
-    meta = {"model": model_desc, **bench_common.machine_facts(args, started)}
+    meta = {"model": model_desc, "source": next(iter(timing.values()))["source"],
+            **bench_common.machine_facts(args, started)}
     print_report(args, rows, meta)
     bench_common.finish(args, started, meta, {"rows": rows})
     if tmp is not None:

@@ -206,28 +206,6 @@ def load_models(path, data, variant, device, fp16):
     return model, task, cfg
 
 
-def make_sources(task, cfg, length, batch, subset, seed):
-    """batch x length sources: consecutive sentences of the subset, concatenated and cut, or random."""
-    import torch
-
-    d = task.source_dictionary
-    try:
-        task.load_dataset(subset)
-        ds = task.dataset(subset).src
-    except Exception:
-        ds = None
-    if ds is None or len(ds) == 0:
-        return bench_common.random_sources(d, batch, length, seed), "random tokens"
-    need, stream, i = batch * (length - 1), [], 0
-    while sum(t.numel() for t in stream) < need:
-        t = ds[i % len(ds)]
-        stream.append(t[t.ne(d.eos())])
-        i += 1
-    words = torch.cat(stream)[:need].view(batch, length - 1)
-    src = torch.cat([words, torch.full((batch, 1), d.eos(), dtype=words.dtype)], dim=1)
-    return src, f"{subset} sentences, concatenated"
-
-
 # ---------------------------------------------------------------------------------------------
 # one measurement (a child process)
 # ---------------------------------------------------------------------------------------------
@@ -238,7 +216,7 @@ def child_torch(spec, device):
 
 
 def make_sample(task, cfg, spec, length, device):
-    src, kind = make_sources(task, cfg, length, spec["batch_size"], spec["gen_subset"], seed=spec["seed"] + length)
+    src, kind = bench_common.make_sources(task, length, spec["batch_size"], spec["gen_subset"], seed=spec["seed"] + length)
     return bench_common.source_sample(src.to(device)), kind
 
 

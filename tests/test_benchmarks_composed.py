@@ -77,6 +77,42 @@ def test_composed_benchmark_refuses_bad_options(capsys, monkeypatch, tmp_path, a
     assert msg in capsys.readouterr().err
 
 
+def test_composed_benchmark_times_trained_checkpoints(tmp_path, corpus, stock_transformer_ckpt, l0drop_ckpt):
+    """--path NAME=CKPT: trained checkpoints on the test split's sentences; a name ending in _unpruned decodes
+    the same checkpoint in full (same hypotheses)."""
+    out_json = tmp_path / "real.json"
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    cmd = [sys.executable, SCRIPT, "--path", f"stock={stock_transformer_ckpt}", "--path", f"l0drop={l0drop_ckpt}",
+           "--path", f"l0drop_unpruned={l0drop_ckpt}", "--data", corpus["bin"], "--lengths", "30",
+           "--batch-size", "2", "--beam", "2", "--out-len", "5", "--repeats", "1", "--threads", "1", "--clock", "cpu",
+           "--no-memory", "--variants", "stock", "--json", str(out_json)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert "sources: test sentences, concatenated" in proc.stdout, proc.stdout
+    (row,) = json.loads(out_json.read_text())["rows"]
+    v = row["variants"]
+    assert list(v) == ["stock", "l0drop", "l0drop_unpruned"]
+    assert v["l0drop"]["memory_len"] < 30 == v["l0drop_unpruned"]["memory_len"] == v["stock"]["memory_len"]
+    assert v["l0drop"]["bound"] > 1.0 and v["stock"]["bound"] == pytest.approx(1.0)
+
+
+def test_composed_benchmark_checks_checkpoints_first(capsys, monkeypatch, tmp_path, corpus, stock_transformer_ckpt):
+    monkeypatch.syspath_prepend(os.path.join(REPO, "benchmarks"))
+    bench = importlib.import_module("composed")
+    cases = [(["--path", f"stock={stock_transformer_ckpt}"], "--path needs --data"),
+             (["--data", corpus["bin"]], "--data goes with --path"),
+             (["--path", f"stock={tmp_path / 'no.pt'}", "--data", corpus["bin"]], "checkpoint not found"),
+             (["--path", stock_transformer_ckpt, "--data", corpus["bin"]], "give NAME=CKPT"),
+             (["--path", f"fast={stock_transformer_ckpt}", "--data", corpus["bin"]], "keep it in the list"),
+             (["--path", f"stock={stock_transformer_ckpt}", "--data", corpus["bin"], "--lengths", "25,1500"],
+              "--lengths 1500: beyond --path stock's 1024 source positions")]
+    for args, msg in cases:
+        with pytest.raises(SystemExit) as e:
+            bench.parse_args(args)
+        assert e.value.code == 2
+        assert msg in capsys.readouterr().err, args
+
+
 def test_composed_benchmark_ctranslate2_asked_for_but_missing(capsys, monkeypatch):
     """CTranslate2 named in --variants but not installed: a clear error; left to the default, a note."""
     monkeypatch.syspath_prepend(os.path.join(REPO, "benchmarks"))
