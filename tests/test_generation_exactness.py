@@ -280,3 +280,17 @@ def test_between_layers_pruned_decoding_is_exact(l0drop_ckpt, corpus, dropped_as
     assert ((gates == 0) & ~pad & ~layer_dropped).any() and ((gates != 0) & ~pad).any()
     for beam in (1, 4):
         pruned_vs_unpruned(model, task, sample, beam, dropped_as)
+
+
+def test_headless_first_encoder_attention_decodes_exactly(model, task):
+    """An exported model whose first encoder-decoder attention lost every head (the composed DDTP model did):
+    the attention map the decoder caches per sentence still follows the beam (it once read the hypotheses
+    per sentence from that layer, found 1, and reordered by hypothesis: an index error)."""
+    from fairseq_sparse.modules.head_gates import HeadlessAttention, prune_heads
+
+    prune_heads(model, {("encdec", 0): []})
+    assert isinstance(model.decoder.layers[0].encoder_attn, HeadlessAttention)
+    sample = mixed_batch(task)
+    make_mixed(model, sample)
+    pruned, _ = pruned_vs_unpruned(model, task, sample, 4, "zero")
+    assert len({len(h[0]["tokens"]) for h in pruned}) > 1  # sentences finished at different steps

@@ -363,6 +363,8 @@ class L0DropTransformerDecoder(SublayerTransformerDecoder):
     def extract_features(self, prev_output_tokens, encoder_out=None, incremental_state=None, **kwargs):
         compressed = encoder_out is not None and "l0drop_log_count" in encoder_out
         log_count = encoder_out["l0drop_log_count"][0] if compressed else None
+        if compressed:  # cached at the first step, whether or not attention comes back (a headless layer)
+            kept_index, pruned = self._attention_map(encoder_out, incremental_state, prev_output_tokens.size(0))
         for layer in self.layers:
             if layer.encoder_attn is not None:
                 layer.encoder_attn.log_count = log_count
@@ -374,22 +376,24 @@ class L0DropTransformerDecoder(SublayerTransformerDecoder):
                     layer.encoder_attn.log_count = None
         attn = extra["attn"][0]
         if compressed and attn is not None:
-            kept_index, pruned = self._attention_map(encoder_out, incremental_state)
             rows = attn.size(0) // kept_index.size(0)  # hypotheses per sentence (shared memory)
             if rows > 1:
                 kept_index, pruned = kept_index.repeat_interleave(rows, 0), pruned.repeat_interleave(rows, 0)
             extra["attn"] = [expand_attention(attn, kept_index, pruned)]
         return x, extra
 
-    def _attention_map(self, encoder_out, incremental_state):
-        """(kept_index, pruned) of the memory, one row per sentence; cached in incremental decoding."""
+    def _attention_map(self, encoder_out, incremental_state, hypotheses: int):
+        """(kept_index, pruned) of the memory, one row per sentence; cached in incremental decoding, with the
+        hypotheses per sentence (``hypotheses`` rows at the first step / sentences)."""
         if incremental_state is not None:
             cached = self.get_incremental_state(incremental_state, "l0drop_map")
             if cached is not None:
                 return cached["kept_index"], cached["pruned"]
         kept_index, pruned = encoder_out["l0drop_kept_index"][0], encoder_out["l0drop_pruned"][0]
         if incremental_state is not None:
-            self.set_incremental_state(incremental_state, "l0drop_map", {"kept_index": kept_index, "pruned": pruned})
+            beam = kept_index.new_full((1,), max(1, hypotheses // max(1, kept_index.size(0))))
+            self.set_incremental_state(incremental_state, "l0drop_map",
+                                       {"kept_index": kept_index, "pruned": pruned, "beam": beam})
         return kept_index, pruned
 
     def reorder_incremental_state(self, incremental_state, new_order):
@@ -398,13 +402,12 @@ class L0DropTransformerDecoder(SublayerTransformerDecoder):
         cached = self.get_incremental_state(incremental_state, "l0drop_map")
         if cached is None:
             return
-        beam = self.layers[0].encoder_attn.beam_size  # hypotheses per sentence, set at the first step
+        beam = int(cached["beam"])  # hypotheses per sentence, set at the first step
         if cached["kept_index"].size(0) * beam == new_order.size(0):
             return
         sentence_order = new_order.reshape(-1, beam)[:, 0] // beam
-        self.set_incremental_state(
-            incremental_state, "l0drop_map", {k: v.index_select(0, sentence_order) for k, v in cached.items()}
-        )
+        self.set_incremental_state(incremental_state, "l0drop_map", {
+            k: v if k == "beam" else v.index_select(0, sentence_order) for k, v in cached.items()})
 
 
 @register_model("transformer_l0drop")
