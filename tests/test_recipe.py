@@ -44,7 +44,7 @@ def test_recipe_end_to_end_and_resume(raw_corpus, tmp_path):
     gold = ["--gold-alignments", str(raw_corpus / "test.align"), "--threads", "1"]
     recipe(raw_corpus, work, gold + ["--steps", "prepare,baseline"])
     # the fine-tunings as two processes at once, as the demo runs them (each evaluation in its own cache file)
-    lanes = ["simplified,control,l0drop,curve", "pattern_group,heads_all,attention_reg,importance"]
+    lanes = ["simplified,control,l0drop,curve,composed", "pattern_group,heads_all,attention_reg,importance"]
     procs = [subprocess.Popen(RECIPE + ["--corpus", str(raw_corpus), "-s", "en", "-t", "de", "--work-dir", str(work)]
                               + TINY + gold + ["--steps", lane], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True) for lane in lanes]
@@ -70,6 +70,10 @@ def test_recipe_end_to_end_and_resume(raw_corpus, tmp_path):
     assert models["simplified"]["parameters"] < models["baseline"]["parameters"]  # no decoder FFN
     # pruned decoding is exact: the same hypotheses as the full memory
     assert results["l0drop_exact"]["identical"] and results["l0drop_exact"]["sentences"] == 25
+    # the composed model (simplified decoder + L0Drop between layers + head gates, heads cut out): exact too
+    assert results["composed_exact"]["identical"] and results["composed_exact"]["sentences"] == 25
+    assert sorted(results["composed_layer_sparsity"]) == ["l0drop"]  # 1 encoder layer: no gate between layers
+    assert "| composed |" in report and "composed: share of source states pruned" in report
     types = results["attention"]["l0drop"]["token_types"]
     assert sum(v["tokens"] for v in types.values()) == sum(
         len(l.split()) for l in (work / "tok" / "test.bpe.en").read_text().splitlines())
