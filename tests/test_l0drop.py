@@ -454,6 +454,26 @@ def test_compacted_encoder_equals_the_gated_one(dropped_as, normalize_before):
     assert torch.allclose(dec, ref_dec, atol=1e-5)
 
 
+def test_an_open_gate_adds_no_row():
+    """A between-layer gate that closes nothing (trained models keep early layers whole) leaves the rows
+    alone: no dummy row is added; a later gate that closes states still compacts, exactly."""
+    model, _ = build_l0drop_model("--l0drop-between-layers")
+    model.eval()
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        model.encoder.layer_l0drops[0].log_alpha_proj.bias.fill_(20.0)  # w = 0: every state kept
+        gate = model.encoder.layer_l0drops[1].log_alpha_proj
+        gate.weight.copy_(torch.randn(gate.weight.shape, generator=g))
+        gate.bias.fill_(-6.0)
+    src, lengths = mixed_length_batch()
+    out, rows, stats = encoder_rows_seen(model, src, lengths)
+    model.encoder.compact_encoder = False
+    ref, _, ref_stats = encoder_rows_seen(model, src, lengths)
+    assert rows[0] == rows[1] == 12 and rows[2] < 12 and stats == ref_stats
+    assert torch.allclose(out["encoder_out"][0], ref["encoder_out"][0], atol=1e-5)
+    assert torch.equal(out["l0drop_kept_index"][0], ref["l0drop_kept_index"][0])
+
+
 def test_compacted_encoder_counts_the_dummy_in_self_attention():
     """Without the dummy's log count in the later layers' self-attention, 'zero' would not be exact:
     the check above fails if the count is dropped (guards the test against passing by accident)."""

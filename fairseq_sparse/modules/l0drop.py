@@ -187,7 +187,11 @@ class CompactedEncoder:
         return self.n_real - int((~self.live_pad).sum())
 
     def compact(self, x: Tensor, gates: Tensor, dropped_as: str) -> Tensor:
-        """Keep the rows whose gate is open, behind a fresh zero dummy; returns the new states."""
+        """Keep the rows whose gate is open, behind a fresh zero dummy; returns the new states. A gate that
+        closed nothing leaves the rows as they are (x is already gated: the dummy row, never a candidate, is 0),
+        so an open gate costs no extra row."""
+        if not ((gates == 0) & ~self.live_pad).any():
+            return x
         mem = compress(x, gates, self.live_pad, dropped_as, self.dropped)
         self.memory = mem
         self.index = self.index.gather(1, mem.kept_index)
