@@ -121,6 +121,8 @@ def parse_args(argv=None):
     g = p.add_argument_group("methods")
     g.add_argument("--l0drop-target", type=float, default=0.5, help="L0Drop target sparsity")
     g.add_argument("--heads-target", type=float, default=0.5, help="head-gate target sparsity (share of heads closed)")
+    g.add_argument("--composed-head-gates", default="enc,dec,encdec",
+                   help="attention types the composed model gates (comma list of enc, dec, encdec)")
     g.add_argument("--attention-reg", choices=("entropy", "linf"), default="entropy",
                    help="regulariser of the attention_reg step (minimum entropy or max-L-inf)")
     g.add_argument("--attention-reg-lambda", type=float, default=0.01, help="its weight (the paper's best: 0.01)")
@@ -174,6 +176,8 @@ def check_options(p, a):
                 f"({a.finetune_updates})")
     if not lengths or min(lengths) < 2:
         p.error("--speed-lengths must be at least 2 tokens")
+    if not a.composed_head_gates or any(t not in ("enc", "dec", "encdec") for t in a.composed_head_gates.split(",")):
+        p.error("--composed-head-gates: a comma list of enc, dec, encdec")
     types = a.importance_types.split(",")
     if not types or any(t not in ("all", "enc", "dec", "encdec") for t in types):
         p.error("--importance-types: a comma list of all, enc, dec, encdec")
@@ -548,7 +552,7 @@ class Recipe:
         with L0Drop between layers and on the output and head gates in all three attention types (both
         targets), closed heads cut out (fairseq-sparse-prune-heads), decoded by fairseq-generate."""
         self.finetune("composed", "transformer_l0drop", [
-            "--simplified-decoder", "--l0drop-between-layers", "--head-gates", "enc,dec,encdec"]
+            "--simplified-decoder", "--l0drop-between-layers", "--head-gates", self.args.composed_head_gates]
             + self.target_args("--l0drop-target-sparsity", self.args.l0drop_target)
             + self.target_args("--head-gates-target-sparsity", self.args.heads_target), start="simplified")
 
@@ -958,7 +962,7 @@ class Recipe:
                                  "compacted encoder, pruned decoding",
                 "simplified_control": f"simplified + {a.finetune_updates} updates, no method",
                 "composed": f"simplified decoder + L0Drop between layers (target {a.l0drop_target}) + head gates "
-                            f"(target {a.heads_target}), closed heads cut out",
+                            f"on {a.composed_head_gates} (target {a.heads_target}), closed heads cut out",
                 "pattern_pos": "function words, punctuation, MD, EX, non-initial subword pieces dropped by rule "
                                "(POS tags)",
                 "pattern_freq": f"most frequent source tokens dropped by rule, rate {a.l0drop_target}",

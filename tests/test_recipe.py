@@ -173,6 +173,7 @@ def test_corpus_score_bleu_and_rouge():
 @pytest.mark.parametrize("extra,message", [
     (["--finetune-updates", "30"], "--curve-updates x the number of --curve-targets (10 x 2) must equal"),
     (["--importance-types", "enc,bogus"], "--importance-types"),
+    (["--composed-head-gates", "dec,all"], "--composed-head-gates: a comma list of enc, dec, encdec"),
     (["--l0drop-target", "1.0"], "--l0drop-target must lie in [0, 1)"),
     (["--attention-reg-lambda", "nan"], "--attention-reg-lambda must be a positive number"),
     (["--steps", "baseline,nonsense"], "unknown step 'nonsense'"),
