@@ -13,14 +13,18 @@ Here: model sizes, the dummy dictionary, a random fairseq model built from a fai
 random sources, a SequenceGenerator with forced output length, peak memory, the timing rounds, machine
 facts, the options all benchmarks share and the JSON writer.
 """
+import contextlib
 import ctypes
 import gc
+import json
 import math
 import os
 import resource
 import signal
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -203,6 +207,47 @@ def finish(args, started, meta, results):
         settings = {k: v for k, v in vars(args).items() if k != "torch_device" and not k.startswith("_")}
         write_json(args.json, {"settings": settings, "meta": meta, **results})
         print(f"results written to {args.json}")
+
+
+# ---------------------------------------------------------------------------------------------
+# measuring children: one fresh process per measurement
+# ---------------------------------------------------------------------------------------------
+
+def run_child(script, workdir, spec):
+    """Run ``script --_child SPEC`` (one measurement in a fresh process) and return the JSON it wrote;
+    its output tail and a clear error if it failed."""
+    out = os.path.join(workdir, f"child_{spec['mode']}_{spec.get('variant', 'all')}_{spec['length']}.json")
+    spec = dict(spec, out=out)
+    proc = subprocess.run([sys.executable, os.path.abspath(script), "--_child", json.dumps(spec)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-6000:])
+        raise SystemExit(f"measurement {spec['mode']} {spec.get('variant', '')} @ {spec['length']} failed "
+                         f"({proc.returncode})")
+    with open(out) as f:
+        return json.load(f)
+
+
+def child_main(args, measure_times, measure_memory) -> bool:
+    """In a measuring child (``--_child``): run its measurement, write the JSON, return True."""
+    if not args._child:
+        return False
+    spec = json.loads(args._child)
+    res = measure_times(spec) if spec["mode"] == "times" else measure_memory(spec)
+    with open(spec["out"], "w") as f:
+        json.dump(res, f)
+    return True
+
+
+@contextlib.contextmanager
+def workdir(path, prefix):
+    """``--workdir`` (created, kept) or a temporary folder removed at the end."""
+    if path:
+        os.makedirs(path, exist_ok=True)
+        yield os.path.abspath(path)
+        return
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        yield tmp
 
 
 # ---------------------------------------------------------------------------------------------

@@ -54,9 +54,7 @@ import argparse
 import importlib.util
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -154,6 +152,7 @@ def checkpoint_paths(p, args):
     from fairseq_sparse.analysis.sparsity_curve import model_options, read_state
     from fairseq_sparse.cli.common import ToolError, check_checkpoint_file, check_data_dir
 
+    args._options = {}  # name -> the checkpoint's model options (read once)
     if not args.path:
         if args.data:
             p.error("--data goes with --path")
@@ -170,7 +169,7 @@ def checkpoint_paths(p, args):
             check_data_dir(args.data, "--data")
         except ToolError as e:
             p.error(str(e))
-        options = model_options(read_state(path))
+        options = args._options[name] = model_options(read_state(path))
         limit = options.get("max_source_positions") or bench_common.MAX_POSITIONS
         if max(args._length_list) > limit:
             p.error(f"--lengths {max(args._length_list)}: beyond --path {name}'s {limit} source positions")
@@ -178,7 +177,7 @@ def checkpoint_paths(p, args):
     stock = paths.get("stock")
     if stock and importlib.util.find_spec("ctranslate2") is not None and any(
             v in args.variants.split(",") for v in CT2_VARIANTS):
-        arch = model_options(read_state(stock)).get("arch")
+        arch = args._options["stock"].get("arch")
         if arch not in CT2_ARCHS:
             p.error(f"--path stock={stock}: CTranslate2 converts fairseq's transformer architectures ({arch} is not "
                     "one); give a stock transformer checkpoint or leave the CTranslate2 variants out of --variants")
@@ -291,23 +290,17 @@ def convert_to_ct2(args, workdir, paths, data):
     if any(v in CT2_VARIANTS for v in args._variants):
         import ctranslate2
 
-        from fairseq_sparse.analysis.sparsity_curve import model_options, read_state
-
-        options = model_options(read_state(paths[("stock", None)]))
+        stock = args._options.get("stock", {"source_lang": "src", "target_lang": "tgt"})
         out = os.path.join(workdir, "ct2_stock")
-        ctranslate2.converters.FairseqConverter(paths[("stock", None)], data, source_lang=options.get("source_lang"),
-                                                target_lang=options.get("target_lang")).convert(out, force=True)
+        ctranslate2.converters.FairseqConverter(paths[("stock", None)], data, source_lang=stock["source_lang"],
+                                                target_lang=stock["target_lang"]).convert(out, force=True)
         paths[("ct2", None)] = out
     return paths
 
 
-def source_lang(args, paths):
+def source_lang(args):
     """The source suffix of the dictionaries (src for the random models)."""
-    if not args._paths:
-        return "src"
-    from fairseq_sparse.analysis.sparsity_curve import model_options, read_state
-
-    return model_options(read_state(paths[("stock", None)])).get("source_lang")
+    return args._options["stock"]["source_lang"] if args._paths else "src"
 
 
 def checkpoint(paths, variant, length):
@@ -449,6 +442,7 @@ def measure_times(spec):
         task = task or t
         jobs[v] = model
     src, source = bench_common.make_sources(task, L, spec["batch_size"], spec["gen_subset"], spec["seed"] + L)
+    torch.save(src, spec["sources"])  # the memory children decode the same sources
     sample = bench_common.source_sample(src.to(torch.device(spec["device"])))
     gens = {v: bench_common.forced_generator(m, task.target_dictionary, spec["beam"], spec["out_len"])
             for v, m in jobs.items() if v not in CT2_VARIANTS}
@@ -487,10 +481,7 @@ def measure_memory(spec):
     model, task = load(spec, v, L)
     gc.collect()
     loaded = bench_common.proc_status_mb("VmRSS")
-    if v in CT2_VARIANTS:  # the same sources as the timing child (its task)
-        _, task = load(spec, "stock", L)
-    src, _ = bench_common.make_sources(task, L, spec["batch_size"], spec["gen_subset"], spec["seed"] + L)
-    sample = bench_common.source_sample(src)
+    sample = bench_common.source_sample(torch.load(spec["sources"]))  # the timing child's sources
     with torch.no_grad():
         if v in CT2_VARIANTS:
             model.generate(sample, spec["beam"], spec["out_len"])
@@ -504,17 +495,10 @@ def run_child(args, mode, workdir, paths, data, length, **spec):
     spec.update({"mode": mode, "data": data, "length": length, "batch_size": args.batch_size, "beam": args.beam,
                  "out_len": args.out_len, "repeats": args.repeats, "warmup": args.warmup, "device": args.device,
                  "fp16": args.fp16, "threads": args.threads, "clock": args.clock, "seed": args.seed,
-                 "gen_subset": args.gen_subset, "source_lang": source_lang(args, paths),
+                 "gen_subset": args.gen_subset, "source_lang": source_lang(args),
+                 "sources": os.path.join(workdir, f"sources_{length}.pt"),
                  "paths": {v: checkpoint(paths, v, length) for v in args._variants + ["stock"]}})
-    out = os.path.join(workdir, f"child_{mode}_{spec.get('variant', 'all')}_{length}.json")
-    spec["out"] = out
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--_child", json.dumps(spec)],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-6000:])
-        raise SystemExit(f"measurement {mode} {spec.get('variant', '')} @ {length} failed ({proc.returncode})")
-    with open(out) as f:
-        return json.load(f)
+    return bench_common.run_child(__file__, workdir, spec)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -620,22 +604,16 @@ def print_report(args, rows, meta):
 
 def main(argv=None):
     args = parse_args(argv)
-    if args._child:
-        spec = json.loads(args._child)
-        res = measure_times(spec) if spec["mode"] == "times" else measure_memory(spec)
-        with open(spec["out"], "w") as f:
-            json.dump(res, f)
+    if bench_common.child_main(args, measure_times, measure_memory):
         return
+    with bench_common.workdir(args.workdir, "composed_bench_") as workdir:
+        run(args, workdir)
+
+
+def run(args, workdir):
     started = bench_common.start(args)
     bench_common.init_torch(args)
     lengths = args._length_list
-    tmp = None
-    if args.workdir:
-        workdir = os.path.abspath(args.workdir)
-        os.makedirs(workdir, exist_ok=True)
-    else:
-        tmp = tempfile.TemporaryDirectory(prefix="composed_bench_")
-        workdir = tmp.name
     if args._paths:
         model_desc = "checkpoints " + ", ".join(f"{k}={v}" for k, v in args._paths.items())
     else:
@@ -660,8 +638,6 @@ def main(argv=None):
             **bench_common.machine_facts(args, started)}
     print_report(args, rows, meta)
     bench_common.finish(args, started, meta, {"rows": rows})
-    if tmp is not None:
-        tmp.cleanup()
 
 
 if __name__ == "__main__":

@@ -62,11 +62,8 @@ Usage:
 """
 import argparse
 import gc
-import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -295,15 +292,7 @@ def run_child(args, mode, workdir, **spec):
     spec.update({"mode": mode, "data": spec.get("data"), "batch_size": args.batch_size, "beam": args.beam,
                  "out_len": args.out_len, "repeats": args.repeats, "warmup": args.warmup, "device": args.device,
                  "fp16": args.fp16, "threads": args.threads, "clock": args.clock, "seed": args.seed, "gen_subset": args.gen_subset})
-    out = os.path.join(workdir, f"child_{mode}_{spec.get('variant', 'all')}_{spec['length']}.json")
-    spec["out"] = out
-    cmd = [sys.executable, os.path.abspath(__file__), "--_child", json.dumps(spec)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-6000:])
-        raise SystemExit(f"measurement {mode} {spec.get('variant', '')} @ {spec['length']} failed ({proc.returncode})")
-    with open(out) as f:
-        return json.load(f)
+    return bench_common.run_child(__file__, workdir, spec)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -416,23 +405,17 @@ def print_report(args, rows, meta):
 
 def main(argv=None):
     args = parse_args(argv)
-    if args._child:
-        spec = json.loads(args._child)
-        res = measure_times(spec) if spec["mode"] == "times" else measure_memory(spec)
-        with open(spec["out"], "w") as f:
-            json.dump(res, f)
+    if bench_common.child_main(args, measure_times, measure_memory):
         return
+    with bench_common.workdir(args.workdir, "l0drop_bench_") as workdir:
+        run(args, workdir)
+
+
+def run(args, workdir):
     started = bench_common.start(args)
     bench_common.init_torch(args)
     lengths = args._length_list
     variants = [v for v in VARIANTS if v in args.variants.split(",")]
-    tmp = None
-    if args.workdir:
-        workdir = os.path.abspath(args.workdir)
-        os.makedirs(workdir, exist_ok=True)
-    else:
-        tmp = tempfile.TemporaryDirectory(prefix="l0drop_bench_")
-        workdir = tmp.name
     if args.path:
         paths = {n: os.path.abspath(args.path) for n in lengths}
         data = os.path.abspath(args.data)
@@ -465,8 +448,6 @@ def main(argv=None):
     meta = {"model": model_desc, "source": first["source"], **bench_common.machine_facts(args, started)}
     print_report(args, rows, meta)
     bench_common.finish(args, started, meta, {"rows": rows})
-    if tmp is not None:
-        tmp.cleanup()
 
 
 if __name__ == "__main__":

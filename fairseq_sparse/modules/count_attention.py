@@ -48,25 +48,21 @@ class CountAwareAttention(MultiheadAttention):
     def forward_with_log_count(self, log_count: Optional[Tensor], query, key, value, key_padding_mask=None,
                                incremental_state=None, **kwargs):
         """fairseq's forward with ``log_count`` (from :meth:`log_count_for_call`) added to the logits."""
-        if (log_count is not None and self.self_attention and incremental_state is None and not self.training
-                and self.bias_k is None and not self.add_zero_attn and kwargs.get("attn_mask") is None
-                and not kwargs.get("need_weights", True) and not kwargs.get("need_head_weights", False)):
-            return self.counted_self_attention(query, key_padding_mask, log_count), None
-        fast_path = not self.skip_embed_dim_check
-        self._call_bias = log_count
-        if log_count is not None:
-            self.skip_embed_dim_check = True  # fairseq's fast path (torch's kernel) never calls apply_sparse_mask
+        if log_count is not None and self.self_attention:  # the compacted encoder (weights are not returned)
+            return self.counted_self_attention(query, key_padding_mask, log_count, kwargs.get("attn_mask")), None
+        self._call_bias = log_count  # encoder-decoder attention: fairseq's slow path, apply_sparse_mask adds it
         try:
             return super().forward(query, key, value, key_padding_mask=key_padding_mask,
                                    incremental_state=incremental_state, **kwargs)
         finally:
             self._call_bias = None
-            self.skip_embed_dim_check = not fast_path
 
-    def counted_self_attention(self, x: Tensor, key_padding_mask: Optional[Tensor], log_count: Tensor) -> Tensor:
-        """Self-attention over x (T x B x C) with log counts on the keys, in evaluation, through torch's fused
+    def counted_self_attention(self, x: Tensor, key_padding_mask: Optional[Tensor], log_count: Tensor,
+                               attn_mask: Optional[Tensor] = None) -> Tensor:
+        """Self-attention over x (T x B x C) with log counts on the keys, through torch's fused
         scaled_dot_product_attention (the per-key bias is a broadcast mask, so nothing B x H x T x T is built
-        beyond what the kernel needs): the compacted L0Drop encoder's layers, at the cost of fairseq's fast path."""
+        beyond what the kernel needs): the compacted L0Drop encoder's layers, at the cost of fairseq's fast
+        path. ``attn_mask``: fairseq's additive T x S float mask, if any."""
         T, B, _ = x.shape
 
         def split_heads(t):
@@ -75,8 +71,10 @@ class CountAwareAttention(MultiheadAttention):
         bias = log_count.to(x.dtype)
         if key_padding_mask is not None:
             bias = bias.masked_fill(key_padding_mask.bool(), float("-inf"))
+        bias = bias[:, None, None, :] if attn_mask is None else bias[:, None, None, :] + attn_mask.to(x.dtype)
         out = F.scaled_dot_product_attention(split_heads(self.q_proj(x)), split_heads(self.k_proj(x)),
-                                             split_heads(self.v_proj(x)), attn_mask=bias[:, None, None, :])
+                                             split_heads(self.v_proj(x)), attn_mask=bias,
+                                             dropout_p=self.dropout_module.p if self.training else 0.0)
         return self.out_proj(out.permute(2, 0, 1, 3).reshape(T, B, self.num_heads * self.head_dim))
 
     def apply_sparse_mask(self, attn_weights: Tensor, tgt_len: int, src_len: int, bsz: int):

@@ -179,8 +179,12 @@ class CompactedEncoder:
         self.memory: Optional[CompressedMemory] = None  # None until the first gated layer
         self.index = torch.arange(padding_mask.size(1), device=padding_mask.device).expand_as(padding_mask)
         self.live_pad = padding_mask
-        #: per sentence, the count of the dummy (``zero``: the states dropped so far)
-        self.dropped = torch.zeros(padding_mask.size(0), dtype=torch.long, device=padding_mask.device)
+
+    @property
+    def dropped(self) -> Optional[Tensor]:
+        """Per sentence, the count of the current dummy (``zero``: the states dropped so far); None before
+        the first compaction."""
+        return None if self.memory is None else self.memory.count
 
     def dropped_before(self) -> int:
         """Real states of the batch no longer among the rows (for L0Drop's statistics)."""
@@ -197,7 +201,6 @@ class CompactedEncoder:
         self.index = self.index.gather(1, mem.kept_index)
         self.live_pad = mem.padding_mask.clone()
         self.live_pad[:, 0] = True
-        self.dropped = mem.count
         return mem.memory
 
     def original_gates(self, gates: Tensor) -> Tensor:
