@@ -17,6 +17,11 @@ minutes on a 2-core CPU, through ``examples/recipe.py`` (the same steps and repo
 
 Two recipe processes run at once (one torch thread each), so the two cores are used by two jobs rather
 than one job's threads; each prints fairseq-train's progress lines with its step's name.
+
+Deterministic: the corpus has a fixed seed, every fairseq-train the recipe's --seed (--seed N here, default 1;
+give each seed its own --work-dir), and every child runs on one thread (OMP_NUM_THREADS, MKL_NUM_THREADS) with
+a fixed PYTHONHASHSEED, so a fresh run prints the same scores, sparsities and parameter counts; only the speed
+numbers depend on the machine and its load.
 """
 import argparse
 import os
@@ -72,11 +77,16 @@ def make_corpus(raw, corpus_options):
     return os.path.join(raw, "test.align"), words
 
 
+#: the environment of every recipe process and its children: one thread, fixed hashing (same scores each run)
+DETERMINISTIC_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONHASHSEED": "0", "PYTHONUNBUFFERED": "1"}
+
+
 def run_phase(title, lanes, recipe_cmd):
     """Run each lane's steps in its own recipe process, all lanes at once; stop on the first failure."""
     start = time.time()
     print(f"\n=== {title}: {' | '.join(','.join(lane) for lane in lanes)}", flush=True)
-    procs = [subprocess.Popen(recipe_cmd + ["--steps", ",".join(lane)]) for lane in lanes]
+    env = {**os.environ, **DETERMINISTIC_ENV}
+    procs = [subprocess.Popen(recipe_cmd + ["--steps", ",".join(lane)], env=env) for lane in lanes]
     codes = [p.wait() for p in procs]
     if any(codes):
         sys.exit(f"demo: a step failed (exit {max(codes)}); see the log named above. A re-run resumes.")
@@ -89,6 +99,8 @@ def main(argv=None):
     p.add_argument("--full", action="store_true", help="the larger runs: 30k pairs of 300 content words, 2+2 layers "
                    "of width 128, 1500 + 450 updates, also control_frozen and heads_enc (see README for its time)")
     p.add_argument("--work-dir", help="default: demo_out (demo_out_full with --full); a re-run resumes")
+    p.add_argument("--seed", type=int, default=1, help="seed of every training (the corpus is fixed); use a new "
+                   "--work-dir per seed")
     a, extra = p.parse_known_args(argv)
     size = "full" if a.full else "demo"
     work = os.path.abspath(a.work_dir or ("demo_out_full" if a.full else "demo_out"))
@@ -102,7 +114,8 @@ def main(argv=None):
     gold, function_words = make_corpus(raw, corpus_options)
     recipe_cmd = [sys.executable, os.path.join(HERE, "recipe.py"), "--corpus", raw, "-s", "src", "-t", "tgt",
                   "--work-dir", work, "--tokenizer", "none", "--bpe-merges", "0", "--threads", "1",
-                  "--gold-alignments", gold, "--function-words", function_words] + recipe_options + extra
+                  "--gold-alignments", gold, "--function-words", function_words, "--seed", str(a.seed)] \
+        + recipe_options + extra
     run_phase("prepare (fairseq-preprocess)", [["prepare"]], recipe_cmd)
     for title, lanes in PHASES[size]:
         run_phase(title, lanes, recipe_cmd)
