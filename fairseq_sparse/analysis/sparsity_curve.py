@@ -20,7 +20,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 import torch
 
 from ..modules.head_gates import ATTENTION_TYPES, attention_modules
-from ..modules.sparsity_control import DEFAULT_TARGET_WARMUP, scheduled_target
+from ..modules.sparsity_control import DEFAULT_TARGET_WARMUP, parse_targets, scheduled_target
 from . import token_types as tt
 from .attention import source_token_gates
 
@@ -96,8 +96,6 @@ def checkpoint_gates(model_state: Mapping) -> Dict[str, bool]:
 
 def target_schedules(criterion: Mapping) -> Dict[str, tuple]:
     """{controlled key: schedule of targets} of the criterion options ({} without targets)."""
-    from ..criterions.label_smoothed_cross_entropy_with_sparsity import parse_targets
-
     try:
         return parse_targets(criterion.get("l0drop_target_sparsity"), criterion.get("head_gates_target_sparsity"))
     except ValueError:

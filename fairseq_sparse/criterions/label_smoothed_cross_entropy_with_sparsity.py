@@ -21,7 +21,7 @@ import logging
 import math
 import weakref
 from dataclasses import dataclass, field
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional
 
 import torch
 from fairseq import metrics, utils
@@ -43,9 +43,14 @@ from ..modules.attention_regularisers import (
     encoder_decoder_attention,
     parse_layers,
 )
-from ..modules.head_gates import ATTENTION_TYPES
 from ..modules.sparsity import collect_sparsity_terms, num_updates, sparsity_groups
-from ..modules.sparsity_control import ALL_CLOSED, DEFAULT_TARGET_WARMUP, LagrangianController, straight_through
+from ..modules.sparsity_control import (
+    ALL_CLOSED,
+    DEFAULT_TARGET_WARMUP,
+    LagrangianController,
+    parse_targets,
+    straight_through,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -410,40 +415,3 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
     @staticmethod
     def logging_outputs_can_be_summed() -> bool:
         return True
-
-
-def parse_targets(l0drop, head_gates: Optional[str]) -> Dict[str, Tuple[float, ...]]:
-    """{controlled key: target schedule} from --l0drop-target-sparsity and --head-gates-target-sparsity:
-    a number or a schedule of numbers ('0.2,0.4' or '0.2:0.4'), or ``type=schedule`` pairs ('enc=0.2:0.4,
-    encdec=0.1'): keys ``l0drop``, ``head_gates`` / ``head_gates_<type>``."""
-    targets = {}
-    if l0drop is not None and str(l0drop).strip():
-        targets["l0drop"] = _schedule(str(l0drop), ",:", "--l0drop-target-sparsity")
-    spec = (head_gates or "").strip()
-    if spec and "=" not in spec:
-        targets["head_gates"] = _schedule(spec, ",:", "--head-gates-target-sparsity")
-    for part in filter(None, (p.strip() for p in spec.split(","))) if "=" in spec else ():
-        kind, _, value = part.partition("=")
-        kind = kind.strip()
-        if kind not in ATTENTION_TYPES:
-            raise ValueError(f"--head-gates-target-sparsity: unknown attention type {kind!r} in {spec!r}; "
-                             f"use a number or e.g. 'enc=0.6,encdec=0.2' (types: {', '.join(ATTENTION_TYPES)})")
-        targets[f"head_gates_{kind}"] = _schedule(value, ":", f"--head-gates-target-sparsity {kind}")
-    return targets
-
-
-def _schedule(spec: str, separators: str, option: str) -> Tuple[float, ...]:
-    for sep in separators[1:]:
-        spec = spec.replace(sep, separators[0])
-    return tuple(_target_value(v.strip(), option) for v in spec.split(separators[0]))
-
-
-def _target_value(value, option: str) -> float:
-    try:
-        t = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{option}: {value!r} is not a number (a target in [0, 1), or a schedule '0.2,0.4' "
-                         "or, per attention type, 'enc=0.2:0.4')") from None
-    if not 0.0 <= t < 1.0:  # also refuses nan and inf
-        raise ValueError(f"{option} must be in [0, 1), got {value}")
-    return t

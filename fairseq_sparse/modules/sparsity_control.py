@@ -19,6 +19,9 @@ t_k^1 < t_k^2 < ... (one fine-tuning that gives a whole sparsity/quality curve, 
 2021 Fig. 4; Voita et al. 2019 Fig. 7) holds each for ``hold_updates`` updates, moving linearly from one
 to the next over the first ``warmup_updates`` of its stage (:func:`scheduled_target`).
 
+The options that set the targets (``--l0drop-target-sparsity``, ``--head-gates-target-sparsity``) are
+parsed here (:func:`parse_targets`), for the criterion and for the tools that read a checkpoint's targets.
+
 Adam moves every parameter by about its learning rate per update, the gates' log alpha as well as the
 multipliers, and a gate needs (3 + 2.4) / lr updates to go from fully open to closed. Multipliers that
 moved as fast would wind up while the gates lag and overshoot the target: lambda_1 is ``LAMBDA1_SCALE``
@@ -32,11 +35,12 @@ The multipliers are ``nn.Parameter`` s of the criterion: fairseq's trainer gives
 worker) and saves them in checkpoints. Each is marked a sparsity-control parameter, so that
 ``--optimizer adam_sparsity`` puts them in the gates' group (``--sparsity-lr``, no weight decay).
 """
-from typing import Dict, Mapping, Sequence, Union
+from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor, nn
 
+from .head_gates import ATTENTION_TYPES
 from .sparsity import mark_sparsity_control
 
 #: units at least this share closed count as "(nearly) all closed" for the log's warning
@@ -121,3 +125,43 @@ class LagrangianController(nn.Module):
             gap = s - self.target(key, num_updates)
             out[key] = lam[0] * gap + lam[1] * gap * gap
         return out
+
+
+def parse_targets(l0drop, head_gates: Optional[str]) -> Dict[str, Tuple[float, ...]]:
+    """{controlled key: target schedule} from --l0drop-target-sparsity and --head-gates-target-sparsity:
+    a number or a schedule of numbers ('0.2,0.4' or '0.2:0.4'), or ``type=schedule`` pairs ('enc=0.2:0.4,
+    encdec=0.1'): keys ``l0drop``, ``head_gates`` / ``head_gates_<type>``."""
+    targets = {}
+    if l0drop is not None and str(l0drop).strip():
+        targets["l0drop"] = _schedule(str(l0drop), ",:", "--l0drop-target-sparsity")
+    spec = (head_gates or "").strip()
+    if spec and "=" not in spec:
+        targets["head_gates"] = _schedule(spec, ",:", "--head-gates-target-sparsity")
+    for part in filter(None, (p.strip() for p in spec.split(","))) if "=" in spec else ():
+        kind, _, value = part.partition("=")
+        kind = kind.strip()
+        if kind not in ATTENTION_TYPES:
+            raise ValueError(f"--head-gates-target-sparsity: unknown attention type {kind!r} in {spec!r}; "
+                             f"use a number or e.g. 'enc=0.6,encdec=0.2' (types: {', '.join(ATTENTION_TYPES)})")
+        if f"head_gates_{kind}" in targets:
+            raise ValueError(f"--head-gates-target-sparsity: attention type {kind!r} is given twice in {spec!r}; "
+                             f"give each type once (a schedule: '{kind}=0.2:0.4')")
+        targets[f"head_gates_{kind}"] = _schedule(value, ":", f"--head-gates-target-sparsity {kind}")
+    return targets
+
+
+def _schedule(spec: str, separators: str, option: str) -> Tuple[float, ...]:
+    for sep in separators[1:]:
+        spec = spec.replace(sep, separators[0])
+    return tuple(_target_value(v.strip(), option) for v in spec.split(separators[0]))
+
+
+def _target_value(value, option: str) -> float:
+    try:
+        t = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{option}: {value!r} is not a number (a target in [0, 1), or a schedule '0.2,0.4' "
+                         "or, per attention type, 'enc=0.2:0.4')") from None
+    if not 0.0 <= t < 1.0:  # also refuses nan and inf
+        raise ValueError(f"{option} must be in [0, 1), got {value}")
+    return t
