@@ -89,9 +89,10 @@ class LabelSmoothedCrossEntropyWithSparsityConfig(LabelSmoothedCrossEntropyCrite
     )
     sparsity_warmup_updates: int = field(
         default=0,
-        metadata={"help": "raise every lambda linearly from 0 to its value over this many updates (training "
-                          "from scratch, Zhang, Titov & Sennrich 2021 Sec. 6), and every target sparsity from 0 to "
-                          "its value; 0 = full lambda / target from the start"},
+        metadata={"help": "raise every fixed lambda (--l0drop-lambda, --head-gates-lambda, --attention-reg-lambda) "
+                          "linearly from 0 to its value over this many updates (training from scratch, Zhang, Titov "
+                          "& Sennrich 2021 Sec. 6); 0 = full lambda from the start. Target sparsities ramp over "
+                          "--sparsity-target-warmup-updates instead"},
     )
     l0drop_target_sparsity: Optional[str] = field(
         default=None,
@@ -177,6 +178,10 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
                 raise ValueError(f"--{group.replace('_', '-')}-lambda must be >= 0, got {value}")
         if sparsity_warmup_updates < 0:
             raise ValueError(f"--sparsity-warmup-updates must be >= 0, got {sparsity_warmup_updates}")
+        if sparsity_warmup_updates > 0 and not any(v > 0 for v in self.lambdas.values()):
+            raise ValueError(f"--sparsity-warmup-updates {sparsity_warmup_updates} ramps fixed lambdas (--l0drop-lambda, "
+                             "--head-gates-lambda, --attention-reg-lambda) and none is set; target sparsities ramp "
+                             "over --sparsity-target-warmup-updates")
         attention_reg = str(attention_reg)  # ChoiceEnum members compare equal to their names
         if attention_reg not in REG_KINDS:
             raise ValueError(f"--attention-reg must be one of {REG_KINDS}, got {attention_reg!r}")

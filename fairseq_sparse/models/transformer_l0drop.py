@@ -5,6 +5,7 @@ of Algorithm 1, so fairseq-generate decodes with N' + 1 instead of N source stat
 hypotheses as the uncompressed gated model. With ``--l0drop-between-layers`` the states dropped inside
 the encoder also leave its later layers (``--compact-encoder``, exact as well).
 """
+import argparse
 import atexit
 import logging
 import math
@@ -19,7 +20,6 @@ from fairseq.dataclass.utils import gen_parser_from_dataclass
 from fairseq.models import register_model
 from fairseq.models.transformer import TransformerConfig, TransformerEncoder
 from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
-from fairseq.utils import eval_bool
 from torch import Tensor
 
 from ..modules.attention_normalisers import COUNT_EXACT
@@ -176,6 +176,17 @@ def check_pattern_args(args):
     if (getattr(args, "l0drop_lambda", 0) or 0) > 0 or getattr(args, "l0drop_target_sparsity", None):
         raise ValueError("--encoder-output-pattern drops states by rule: there are no L0Drop gates for "
                          "--l0drop-lambda / --l0drop-target-sparsity to act on")
+
+
+def parse_bool(value) -> bool:
+    """--pruned-decoding / --compact-encoder: True / False (any case), 1 / 0, yes / no. Anything else is
+    argparse's one-line error (fairseq's eval_bool evaluates the text as Python: 'foo' ended in a NameError)."""
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected True or False, got {value!r}")
 
 
 PRUNED_DECODING_HELP = (
@@ -420,8 +431,8 @@ class L0DropTransformerModel(SparseTransformerModel):
     def add_args(cls, parser):
         super().add_args(parser)
         gen_parser_from_dataclass(parser, L0DropConfig())
-        parser.add_argument("--pruned-decoding", type=eval_bool, default=True, metavar="BOOL", help=PRUNED_DECODING_HELP)
-        parser.add_argument("--compact-encoder", type=eval_bool, default=True, metavar="BOOL", help=COMPACT_ENCODER_HELP)
+        parser.add_argument("--pruned-decoding", type=parse_bool, default=True, metavar="BOOL", help=PRUNED_DECODING_HELP)
+        parser.add_argument("--compact-encoder", type=parse_bool, default=True, metavar="BOOL", help=COMPACT_ENCODER_HELP)
 
     @classmethod
     def fill_defaults(cls, args):
@@ -443,6 +454,9 @@ class L0DropTransformerModel(SparseTransformerModel):
         check_gate_options("--l0drop", args.l0drop_beta, args.l0drop_gamma, args.l0drop_zeta, "init-bias",
                            args.l0drop_init_bias)
         check_pattern_args(args)
+        if args.l0drop_between_layers and args.encoder_layers < 2:
+            raise ValueError(f"--l0drop-between-layers gates the states between encoder layers, but --encoder-layers "
+                             f"{args.encoder_layers} has no such place; use 2 or more encoder layers or drop the option")
         super().check_args(args)
         if (args.encdec_attention_normaliser not in COUNT_EXACT and args.l0drop_dropped_as == "zero"
                 and args.pruned_decoding):
