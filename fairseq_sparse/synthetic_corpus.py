@@ -75,8 +75,8 @@ def pharaoh(sure, possible):
 def make_corpus(out_dir, train=20000, valid=300, test=300, min_len=4, max_len=20, long_test=0, seed=1,
                 vocabulary=N_CONTENT):
     """Writes {train,valid,test}.{src,tgt} (and test-long.* with ~``long_test`` source tokens), and the gold
-    word alignments of valid and test as {valid,test}.align (Pharaoh format, for fairseq-sparse-attention);
-    ``vocabulary``: the number of content words (fewer are learnt in fewer updates)."""
+    word alignments of valid and test as {valid,test}.align (Pharaoh format, for
+    fairseq-sparse-attention-analysis); ``vocabulary``: the number of content words (fewer are learnt in fewer updates)."""
     os.makedirs(out_dir, exist_ok=True)
     rng = random.Random(seed)
     for split, n in (("train", train), ("valid", valid), ("test", test)):

@@ -1,7 +1,7 @@
 """Encoder-decoder attention of a translation model: entropy, confidence, word alignment (AER, SAER),
 cumulative coverage per decoder layer, and the L0Drop attention analyses of Zhang, Titov & Sennrich (2021).
 
-    fairseq-sparse-attention DATA --path CKPT --output-dir DIR [--gen-subset test]
+    fairseq-sparse-attention-analysis DATA --path CKPT --output-dir DIR [--gen-subset test]
         [--gold ALIGN [--gold-possible ALIGN] [--gold-index-base 0]] [--align-layers all]
         [--bpe-separator @@] [--l0drop | --no-l0drop] [--gates-from L0DROP_CKPT]
         [--max-sentences N] [--batch-size 32] [--cpu] [--overwrite]
@@ -115,6 +115,7 @@ def get_parser():
 
 def validate(args):
     """Every check that needs no model, before anything is loaded or written; returns the gold (or None)."""
+    common.check_finite(args)
     common.check_checkpoint_file(args.path, "--path")
     if args.gates_from is not None:
         common.check_checkpoint_file(args.gates_from, "--gates-from")

@@ -100,6 +100,14 @@ def check_checkpoint_file(path: str, option: str = "--path"):
         raise ToolError(f"{option}: {path} is corrupt (member {bad} fails its CRC check)")
 
 
+def check_finite(args):
+    """Every float option of ``args`` is a finite number: NaN and inf pass the comparison-based range checks
+    (nan < 0 is False) and used to end in NaN results with exit status 0."""
+    for name, value in sorted(vars(args).items()):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ToolError(f"--{name.replace('_', '-')} must be a finite number, got {value}")
+
+
 def check_input_files(*options: Tuple[str, Optional[str]]):
     """Each (option, path) with a path given must be an existing file."""
     for option, path in options:

@@ -79,6 +79,7 @@ def get_parser():
 
 def check_args(args):
     """Every input and output, before anything is loaded or written (ToolError otherwise)."""
+    common.check_finite(args)
     common.check_checkpoint_file(args.path)
     common.check_data_dir(args.data)
     common.check_input_files(("--conllu", args.conllu))

@@ -2,13 +2,13 @@
 Better than One?", on any fairseq encoder-decoder transformer checkpoint (stock ``transformer`` or this
 plugin's models).
 
-    fairseq-sparse-heads importance  DATA --path CKPT --output-dir DIR [--importance-subset valid]
-                                     [--write-mask mask.json --prune-fraction 0.5]
-    fairseq-sparse-heads evaluate    DATA --path CKPT [--head-mask mask.json] [--output-dir DIR]
-    fairseq-sparse-heads ablate      DATA --path CKPT --output-dir DIR            # Sec. 3.2, Table 1
-    fairseq-sparse-heads keep-one    DATA --path CKPT --output-dir DIR            # Sec. 3.3, Table 2
-    fairseq-sparse-heads prune-curve DATA --path CKPT --output-dir DIR            # Sec. 4.2 / 5, Fig. 3 / 4
-    fairseq-sparse-heads prune-curve DATA --checkpoints E1.pt E2.pt ... --output-dir DIR   # Sec. 6, Fig. 5
+    fairseq-sparse-head-importance importance  DATA --path CKPT --output-dir DIR [--importance-subset valid]
+                                               [--write-mask mask.json --prune-fraction 0.5]
+    fairseq-sparse-head-importance evaluate    DATA --path CKPT [--head-mask mask.json] [--output-dir DIR]
+    fairseq-sparse-head-importance ablate      DATA --path CKPT --output-dir DIR  # Sec. 3.2, Table 1
+    fairseq-sparse-head-importance keep-one    DATA --path CKPT --output-dir DIR  # Sec. 3.3, Table 2
+    fairseq-sparse-head-importance prune-curve DATA --path CKPT --output-dir DIR  # Sec. 4.2 / 5, Fig. 3 / 4
+    fairseq-sparse-head-importance prune-curve DATA --checkpoints E1.pt E2.pt ... --output-dir DIR  # Sec. 6, Fig. 5
 
 Importance I_h = E_x |dL(x)/dxi_h| (Eq. 2) is estimated on ``--importance-subset`` (default valid; the
 paper uses held-out newstest2009-12), L(x) = -log p(y|x) of one sentence (teacher forced, eval mode),
@@ -176,6 +176,7 @@ def get_parser():
 
 def check_options(args):
     """The checks of option values that need no file."""
+    common.check_finite(args)
     for name in ("max_sentences", "importance_max_sentences", "batch_size", "beam", "importance_batch_size",
                  "bootstrap_samples", "log_interval"):
         v = getattr(args, name, None)

@@ -1,6 +1,6 @@
 """Dump the L0Drop gate of every source token of a data split, and the sparsity rate.
 
-    fairseq-sparse-gates DATA --user-dir fairseq_sparse --path CKPT --gen-subset test \\
+    fairseq-sparse-l0drop-gates DATA --user-dir fairseq_sparse --path CKPT --gen-subset test \\
         --gates-output gates.tsv [--token-summary gates_by_token.tsv] [--batch-size 64] [--overwrite]
 
 Writes one line per source token: sentence id, position, token, g_hat (Zhang, Titov & Sennrich 2021,
@@ -33,6 +33,7 @@ def add_args(parser):
 
 def validate(args):
     """Every checkpoint readable, the outputs new (or --overwrite) and none of them an input or each other."""
+    common.check_finite(args)
     paths = args.path.split(os.pathsep)
     for path in paths:
         common.check_checkpoint_file(path, "--path")

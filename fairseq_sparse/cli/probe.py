@@ -16,7 +16,7 @@ held-out data (``--valid-subset``): lower = more of that sequence in the represe
 Outputs in --output-dir: probe.tsv (kind, layer, module, tokens, nll, ppl), probe.json, probe_modules.png
 (TEM / SEM / IFM per layer, source and target panels: Yang et al. 2020, Fig. 3), probe_ifm.png (Add-Norm I /
 FFN / Add-Norm II: Fig. 8; for decoders with an FFN) and, with ``--compare``, probe_compare.png (IFM
-of this and another run: Fig. 10). Layers are numbered from 0 (bottom), as in fairseq-sparse-attention.
+of this and another run: Fig. 10). Layers are numbered from 0 (bottom), as in fairseq-sparse-attention-analysis.
 Output files that exist already are refused unless ``--overwrite``; every input is checked before
 anything is loaded. The maths and the training loop are in :mod:`fairseq_sparse.analysis.probing`.
 """
@@ -85,6 +85,7 @@ def output_files(modules, compare):
 
 def check_options(args):
     """(kinds, modules or None for all) from the option values; ToolError on a bad value."""
+    common.check_finite(args)
     kinds = _csv(args.probe)
     if not kinds or any(k not in PROBE_KINDS for k in kinds):
         raise common.ToolError(f"--probe must name source and/or target, got {args.probe!r}")

@@ -2,7 +2,7 @@
 
     # heads whose trained gate is closed (g_hat = 0; transformer_head_gates or --head-gates models)
     fairseq-sparse-prune-heads --path gated/checkpoint_best.pt --output pruned.pt
-    # heads masked by a head mask JSON (e.g. written by fairseq-sparse-heads prune-curve --write-mask)
+    # heads masked by a head mask JSON (e.g. written by fairseq-sparse-head-importance prune-curve --write-mask)
     fairseq-sparse-prune-heads --path stock/checkpoint_best.pt --head-mask mask.json --output pruned.pt
 
 Gate values between 0 and 1 (and mask values) are folded into the kept heads' output-projection

@@ -111,6 +111,7 @@ def get_parser():
 
 
 def check_options(args):
+    common.check_finite(args)
     for name in ("max_sentences", "batch_size", "beam", "log_interval"):
         v = getattr(args, name)
         if v is not None and v < 1:
