@@ -1,0 +1,150 @@
+"""Bad option values found before any work (issue 22): each refused with one line naming the option and
+the fix, or made to do what its --help says. In-process: parsers, option checks and tiny models only."""
+import argparse
+import re
+
+import pytest
+import torch
+
+import fairseq_sparse  # noqa: F401  (registers the plugin)
+from conftest import USER_DIR
+
+
+def criterion(**kwargs):
+    from fairseq_sparse.criterions.label_smoothed_cross_entropy_with_sparsity import (
+        LabelSmoothedCrossEntropyWithSparsity)
+
+    return LabelSmoothedCrossEntropyWithSparsity(None, False, 0.1, **kwargs)
+
+
+# ------------------------------------------------------------------------------------------------
+# target sparsity options: one parser, next to the controller
+
+
+def test_target_parsing_lives_next_to_the_controller():
+    from fairseq_sparse.criterions import label_smoothed_cross_entropy_with_sparsity as crit
+    from fairseq_sparse.modules import sparsity_control
+
+    assert crit.parse_targets is sparsity_control.parse_targets
+    assert sparsity_control.parse_targets("0.3", "enc=0.5,encdec=0.2:0.4") == {
+        "l0drop": (0.3,), "head_gates_enc": (0.5,), "head_gates_encdec": (0.2, 0.4)}
+
+
+@pytest.mark.parametrize("spec", ["enc=0.5,enc=0.2", "enc=0.5, encdec=0.1, enc=0.2"])
+def test_a_repeated_attention_type_is_refused(spec):
+    """Was: the last value won silently."""
+    from fairseq_sparse.modules.sparsity_control import parse_targets
+
+    with pytest.raises(ValueError, match=r"--head-gates-target-sparsity: attention type 'enc' is given twice"):
+        parse_targets(None, spec)
+    with pytest.raises(ValueError, match="given twice"):
+        criterion(head_gates_target_sparsity=spec)
+
+
+def test_lambda_warmup_without_a_lambda_is_refused():
+    """--sparsity-warmup-updates ramps the fixed lambdas; with targets only it did nothing while its --help
+    said it ramped the targets too. The targets' ramp is --sparsity-target-warmup-updates."""
+    with pytest.raises(ValueError, match=r"--sparsity-warmup-updates 100 ramps fixed lambdas.*"
+                                         r"--sparsity-target-warmup-updates"):
+        criterion(sparsity_warmup_updates=100, l0drop_target_sparsity="0.5")
+    criterion(sparsity_warmup_updates=100, l0drop_lambda=0.3)  # what it is for
+    criterion(sparsity_warmup_updates=100, l0drop_target_sparsity="0.5", attention_reg="entropy",
+              attention_reg_lambda=0.01)  # ramps the regulariser's lambda
+
+
+def test_lambda_warmup_help_says_what_it_ramps():
+    from dataclasses import fields
+
+    from fairseq_sparse.criterions.label_smoothed_cross_entropy_with_sparsity import (
+        LabelSmoothedCrossEntropyWithSparsityConfig as Config)
+
+    help_text = {f.name: f.metadata.get("help", "") for f in fields(Config)}["sparsity_warmup_updates"]
+    assert "--sparsity-target-warmup-updates" in help_text
+    assert "every target sparsity from 0" not in help_text
+
+
+# ------------------------------------------------------------------------------------------------
+# model options
+
+
+def build_l0drop_model(*extra):
+    """transformer_l0drop as fairseq-train builds it (parser, architecture preset, task.build_model)."""
+    from fairseq import options
+    from fairseq.data import Dictionary
+    from fairseq.tasks.translation import TranslationConfig, TranslationTask
+
+    d = Dictionary()
+    for k in range(20):
+        d.add_symbol(f"w{k}")
+    d.finalize(padding_factor=1)
+    args = options.parse_args_and_arch(options.get_training_parser(), [
+        "unused-data-dir", "--user-dir", USER_DIR, "--task", "translation", "--arch", "transformer_l0drop",
+        "--decoder-layers", "1", "--encoder-embed-dim", "16", "--decoder-embed-dim", "16",
+        "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2",
+        "--decoder-attention-heads", "2", "--share-all-embeddings"] + list(extra))
+    return TranslationTask(TranslationConfig(), d, d).build_model(args)
+
+
+def test_l0drop_between_layers_on_a_one_layer_encoder_is_refused():
+    """Was: no gate between layers (there is no such place), no warning."""
+    with pytest.raises(ValueError, match=r"--l0drop-between-layers .* --encoder-layers 1"):
+        build_l0drop_model("--encoder-layers", "1", "--l0drop-between-layers")
+    model = build_l0drop_model("--encoder-layers", "2", "--l0drop-between-layers")
+    assert len(model.encoder.layer_l0drops) == 1
+
+
+@pytest.mark.parametrize("option", ["--compact-encoder", "--pruned-decoding"])
+def test_a_bad_boolean_is_one_argparse_line(option, capsys):
+    """Was: a NameError traceback from fairseq's eval_bool."""
+    from fairseq import options
+
+    argv = ["unused-data-dir", "--user-dir", USER_DIR, "--arch", "transformer_l0drop", option, "foo"]
+    with pytest.raises(SystemExit) as e:
+        options.parse_args_and_arch(options.get_training_parser(), argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {option}: expected True or False, got 'foo'" in err
+    assert "Traceback" not in err and "NameError" not in err
+    for value, expected in (("False", False), ("true", True), ("0", False), ("1", True)):
+        args = options.parse_args_and_arch(options.get_training_parser(), argv[:-1] + [value])
+        assert getattr(args, option[2:].replace("-", "_")) is expected
+
+
+# ------------------------------------------------------------------------------------------------
+# tools
+
+
+def test_non_finite_numbers_are_refused_by_the_tools():
+    """fairseq-sparse-probe --lr inf wrote NaN perplexities with exit 0."""
+    from fairseq_sparse.cli import common, probe
+
+    for value in ("inf", "nan", "-inf"):
+        args = probe.get_parser().parse_args(["DATA", "--path", "x.pt", "--output-dir", "out", f"--lr={value}"])
+        with pytest.raises(common.ToolError, match=f"--lr must be a finite number, got {value}"):
+            probe.check_options(args)
+    args = probe.get_parser().parse_args(["DATA", "--path", "x.pt", "--output-dir", "out",
+                                          "--probe-dropout", "nan"])
+    with pytest.raises(common.ToolError, match="--probe-dropout must be a finite number, got nan"):
+        probe.check_options(args)
+
+
+def test_check_finite_covers_every_float_option():
+    from fairseq_sparse.cli import common
+
+    common.check_finite(argparse.Namespace(lr=1e-3, name="x", n=3, flag=True, none=None))
+    with pytest.raises(common.ToolError, match="--prune-fraction must be a finite number, got nan"):
+        common.check_finite(argparse.Namespace(lr=1e-3, prune_fraction=float("nan")))
+
+
+OLD_NAMES = re.compile(r"fairseq-sparse-(gates|corpus|heads|attention)(?![-\w])")
+
+
+@pytest.mark.parametrize("tool", ["head_importance", "prune_heads", "probe", "attention_analysis",
+                                  "head_analysis", "sparsity_curve"])
+def test_help_uses_the_current_tool_names(tool):
+    """The epilogs of head-importance and prune-heads named fairseq-sparse-heads (an alias of earlier releases)."""
+    import importlib
+
+    module = importlib.import_module(f"fairseq_sparse.cli.{tool}")
+    text = module.get_parser().format_help()
+    assert not OLD_NAMES.search(text), OLD_NAMES.search(text).group(0)
