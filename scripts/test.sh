@@ -1,6 +1,13 @@
 #!/usr/bin/env bash
-# The test command: create or reuse .venv (scripts/setup_env.sh), then run the test suite.
+# The test command: create or reuse .venv (scripts/setup_env.sh), then run both test tiers: tests/unit
+# (pure tensors and in-process models, under 3 minutes) then tests/e2e (console scripts and training).
+# `scripts/test.sh --fast` runs tests/unit only; other arguments pass through to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup_env.sh
-exec .venv/bin/python -m pytest -q tests "$@"
+tiers=(tests/unit tests/e2e)
+args=()
+for a in "$@"; do
+    if [[ "$a" == "--fast" ]]; then tiers=(tests/unit); else args+=("$a"); fi
+done
+exec .venv/bin/python -m pytest -q "${tiers[@]}" ${args[@]+"${args[@]}"}

@@ -7,18 +7,16 @@ import sys
 
 import pytest
 
+from fairseq_sparse.recipe.commands import model_flags
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 USER_DIR = os.path.join(REPO, "fairseq_sparse")
 BIN = os.path.dirname(sys.executable)  # console scripts of the venv that runs the tests
+# tests/unit holds pure tests, tests/e2e console scripts and training; e2e modules import unit modules' helpers
+sys.path.insert(0, os.path.join(REPO, "tests", "unit"))
 
 # a model small enough to train in seconds on 2 CPU cores
-TINY_MODEL = [
-    "--encoder-layers", "2", "--decoder-layers", "2",
-    "--encoder-embed-dim", "64", "--decoder-embed-dim", "64",
-    "--encoder-ffn-embed-dim", "128", "--decoder-ffn-embed-dim", "128",
-    "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
-    "--share-all-embeddings", "--dropout", "0.1",
-]
+TINY_MODEL = model_flags(layers=2, embed_dim=64, ffn_dim=128, heads=4, dropout=0.1)
 TRAIN_COMMON = [
     "--optimizer", "adam", "--lr", "2e-3", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "100",
     "--max-tokens", "3000", "--log-interval", "50", "--no-epoch-checkpoints", "--cpu", "--seed", "1",

@@ -1,7 +1,8 @@
 """Smoke test of benchmarks/l0drop_decoding.py: a tiny random model at one source length runs through the
 timing child, prints its three tables and writes consistent JSON, and pruned decoding gives the same
 hypotheses as unpruned; options it cannot honour are refused before anything is built. No timing
-assertions. (The peak-memory children are skipped: each is one more process start.)"""
+assertions. (The peak-memory children are skipped: each is one more process start.)
+Here the tests that train or run console scripts; the pure ones are in tests/unit/test_benchmarks_l0drop_decoding.py."""
 import importlib
 import json
 import os
@@ -10,7 +11,8 @@ import sys
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import REPO
+
 SCRIPT = os.path.join(REPO, "benchmarks", "l0drop_decoding.py")
 TINY = ["--layers", "2", "--dim", "64", "--heads", "4", "--ffn", "128", "--vocab", "500"]
 
@@ -44,29 +46,6 @@ def test_l0drop_decoding_benchmark_smoke(tmp_path):
         assert row[k] is not None
     assert set(res["meta"]) >= {"model", "device", "threads", "source", "loadavg_before", "loadavg_after",
                                 "elapsed_s"}
-
-
-@pytest.mark.parametrize("args, msg", [
-    (["--lengths", "25,x"], "--lengths"),
-    (["--lengths", "25,2000"], "--lengths 2000"),
-    (["--sparsity", "1.5"], "--sparsity"),
-    (["--variants", "pruned,fast"], "--variants"),
-    (["--path", "NO.pt", "--data", "."], "checkpoint not found"),
-    (["--path", "NO.pt"], "--path and --data go together"),
-    (["--fp16"], "--fp16 needs --device cuda"),
-    (["--json", "NO/x.json"], "directory does not exist"),
-    (["--dim", "60", "--heads", "8"], "not a multiple"),
-    (["--repeats", "0"], "--repeats"),
-])
-def test_l0drop_decoding_benchmark_refuses_bad_options(capsys, monkeypatch, tmp_path, args, msg):
-    """Options that cannot be honoured stop the run (argparse's exit 2) before any model is built."""
-    monkeypatch.syspath_prepend(os.path.join(REPO, "benchmarks"))  # undone after the test
-    bench = importlib.import_module("l0drop_decoding")
-    args = [str(tmp_path / a) if a.startswith("NO") else a for a in args]
-    with pytest.raises(SystemExit) as e:
-        bench.parse_args(args)
-    assert e.value.code == 2
-    assert msg in capsys.readouterr().err
 
 
 def test_l0drop_decoding_benchmark_refuses_a_checkpoint_without_the_method(capsys, monkeypatch,

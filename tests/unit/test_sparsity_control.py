@@ -1,5 +1,6 @@
 """The target-sparsity controller (CoFi-style Lagrangian): target schedule, the multipliers' ascent,
-reaching and holding a target on a small gated problem, and the criterion's options and checks."""
+reaching and holding a target on a small gated problem, and the criterion's options and checks.
+Here the pure tests; those that train or run console scripts are in tests/e2e/test_sparsity_control_e2e.py."""
 import math
 
 import pytest
@@ -202,28 +203,3 @@ def test_target_for_missing_module_refused():
         criterion(l0drop_target_sparsity=0.5).check_model(model)
     with pytest.raises(SparsityConfigError, match="head_gates_dec"):
         criterion(head_gates_target_sparsity="dec=0.5").check_model(model)
-
-
-
-def test_fairseq_train_reaches_targets(corpus, stock_transformer_ckpt, tmp_path):
-    """fairseq-train from a converged stock checkpoint with only the targets set (and the plugin's optimiser):
-    the g_hat sparsity on valid ends near the targets for L0Drop states and encoder heads alike."""
-    from conftest import TINY_MODEL, fairseq_train
-    from test_cli import log_records
-
-    proc = fairseq_train(corpus["bin"], str(tmp_path / "save"), [
-        "--arch", "transformer_l0drop", "--head-gates", "enc", "--criterion",
-        "label_smoothed_cross_entropy_with_sparsity", "--label-smoothing", "0.1",
-        "--l0drop-target-sparsity", "0.5", "--head-gates-target-sparsity", "0.5",
-        "--optimizer", "adam_sparsity", "--lr", "5e-4", "--warmup-updates", "1",
-        "--finetune-from-model", stock_transformer_ckpt, "--log-format", "json", "--validate-interval-updates", "100",
-    ] + TINY_MODEL, max_update=400)
-    log = proc.stdout + proc.stderr
-    valid = log_records(log, "valid")
-    assert valid, log[-3000:]
-    last = valid[-1]
-    assert abs(float(last["valid_l0drop_sparsity"]) - 0.5) <= 0.1, [r.get("valid_l0drop_sparsity") for r in valid]
-    # 8 encoder heads: 4 closed, one head either way is 12.5 points
-    assert abs(float(last["valid_head_gates_sparsity"]) - 0.5) <= 0.125 + 1e-6, last
-    train = log_records(log, "train_inner")
-    assert {"l0drop_target", "l0drop_lambda1", "l0drop_lambda2", "head_gates_target"} <= set(train[-1]), train[-1]

@@ -5,7 +5,8 @@ import os
 import subprocess
 import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import REPO
+
 SCRIPT = os.path.join(REPO, "benchmarks", "simplified_decoder.py")
 VARIANTS = ["standard", "simplified", "simplified-sem-ifm"]
 

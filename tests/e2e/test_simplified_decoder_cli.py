@@ -17,7 +17,7 @@ from fairseq import checkpoint_utils
 import fairseq_sparse  # noqa: F401
 from conftest import console, run
 from fairseq_sparse.cli.prune_heads import save_state
-from test_alignment import read_tsv, write_gold
+from test_alignment_e2e import read_tsv, write_gold
 from test_cli import ENV, N_TEST, file_fingerprint, generate, log_records, parse_generate, train
 from test_head_gates_cli import assert_same_hypotheses, prune, with_mixed_gates
 
