@@ -133,7 +133,7 @@ def validate(args):
         raise common.ToolError("--gates-from makes no sense with --no-l0drop")
     names = OUTPUTS + (L0DROP_OUTPUTS if args.l0drop is not False else []) + [
         f"example_{i}.png" for i in range(args.example_maps)]
-    common.check_output_dir(args.output_dir, names, args.overwrite)
+    common.check_output_dir(args.output_dir, names, args.overwrite, data=args.data)
     if os.path.isdir(args.output_dir):  # never over an input, --overwrite or not
         common.check_output_files([("--output-dir", os.path.join(args.output_dir, n)) for n in names], True,
                                   inputs=(args.path, args.gates_from, args.gold, args.gold_possible))

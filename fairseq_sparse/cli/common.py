@@ -120,23 +120,37 @@ def check_data_dir(data: Optional[str], option: str = "DATA"):
         raise ToolError(f"{option}: data directory not found: {data}")
 
 
-def check_output_dir(output_dir: str, files: Iterable[str], overwrite: bool, option: str = "--output-dir"):
-    """``output_dir`` must be a directory or not exist, and hold none of ``files`` unless ``overwrite``."""
+def check_output_dir(output_dir: str, files: Iterable[str], overwrite: bool, option: str = "--output-dir",
+                     data: Optional[str] = None):
+    """``output_dir`` must be a directory or not exist, and hold none of ``files`` unless ``overwrite`` (and
+    never a file of the data directory ``data``)."""
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise ToolError(f"{option} exists and is not a directory: {output_dir}")
     if not os.path.isdir(output_dir):
         return  # the tool creates it: nothing there to replace
-    check_output_files([(option, os.path.join(output_dir, f)) for f in files], overwrite)
+    check_output_files([(option, os.path.join(output_dir, f)) for f in files], overwrite, data=data)
+
+
+def data_files(data: Optional[str]) -> List[Tuple[str, str]]:
+    """(directory, file) of every file in the data directories ``data`` (os.pathsep-separated, as fairseq
+    takes them): the dictionaries, the splits, and anything else kept there are inputs of the command."""
+    dirs = [d for d in (data or "").split(os.pathsep) if d and os.path.isdir(d)]
+    return [(d, os.path.join(d, f)) for d in dirs for f in sorted(os.listdir(d)) if os.path.isfile(os.path.join(d, f))]
 
 
 def check_output_files(options: Sequence[Tuple[str, Optional[str]]], overwrite: bool,
-                       inputs: Sequence[Optional[str]] = ()):
+                       inputs: Sequence[Optional[str]] = (), data: Optional[str] = None):
     """Each (option, path) with a path given: its directory exists, the file does not (unless
-    ``overwrite``), and it is none of ``inputs`` (an output never replaces its own input, whatever
-    ``overwrite`` says)."""
+    ``overwrite``), and it is none of ``inputs`` nor a file of the data directory ``data`` (an output never
+    replaces an input, whatever ``overwrite`` says)."""
+    in_data = data_files(data)
     for option, path in options:
         if path is None:
             continue
+        folder = next((d for d, f in in_data if _same_file(f, path)), None)
+        if folder is not None:
+            raise ToolError(f"{option} {path} is a file of the data directory {folder}: refusing to write over it "
+                            "(--overwrite or not); choose another path")
         if any(src is not None and _same_file(src, path) for src in inputs):
             raise ToolError(f"{option} {path} is an input of this command: refusing to write over it")
         parent = os.path.dirname(os.path.abspath(path))

@@ -91,7 +91,8 @@ def check_args(args):
         raise common.ToolError("--positional-threshold must be in (0, 1]")
     if args.lrp_sentences < 1:
         raise common.ToolError("--lrp-sentences must be >= 1")
-    common.check_output_dir(args.output_dir, OUTPUTS + (("lrp.png",) if args.lrp else ()), args.overwrite)
+    common.check_output_dir(args.output_dir, OUTPUTS + (("lrp.png",) if args.lrp else ()), args.overwrite,
+                            data=args.data)
 
 
 def read_parses(args):

@@ -251,14 +251,15 @@ def check_outputs(args):
     """--output-dir and --write-mask: no existing file replaced without --overwrite, no input replaced."""
     files = output_files(args) if args.output_dir else []
     if args.output_dir:
-        common.check_output_dir(args.output_dir, files, args.overwrite)
+        common.check_output_dir(args.output_dir, files, args.overwrite, data=args.data)
     write_mask = getattr(args, "write_mask", None)
     if write_mask is not None:
         if os.path.isdir(write_mask):
             raise ToolError(f"--write-mask is a directory: {write_mask}")
         if any(os.path.abspath(write_mask) == os.path.abspath(os.path.join(args.output_dir, f)) for f in files):
             raise ToolError(f"--write-mask {write_mask} is one of the files of --output-dir")
-        common.check_output_files([("--write-mask", write_mask)], args.overwrite, inputs=checkpoints_of(args))
+        common.check_output_files([("--write-mask", write_mask)], args.overwrite, inputs=checkpoints_of(args),
+                                  data=args.data)
 
 
 def _modes(args):

@@ -40,7 +40,7 @@ def validate(args):
     if args.token_summary is not None and os.path.abspath(args.token_summary) == os.path.abspath(args.gates_output):
         raise common.ToolError("--token-summary and --gates-output name the same file")
     common.check_output_files([("--gates-output", args.gates_output), ("--token-summary", args.token_summary)],
-                              args.overwrite, inputs=paths)
+                              args.overwrite, inputs=paths, data=args.data)
 
 
 def load(args):

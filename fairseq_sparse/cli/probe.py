@@ -126,7 +126,7 @@ def validate(args):
     common.check_input_files(("--compare", args.compare))
     kinds, modules = check_options(args)
     files = output_files(modules, args.compare)
-    common.check_output_dir(args.output_dir, files, args.overwrite)
+    common.check_output_dir(args.output_dir, files, args.overwrite, data=args.data)
     if os.path.isdir(args.output_dir):  # and none of them is an input (--compare OUT/probe.json)
         common.check_output_files([("--output-dir", os.path.join(args.output_dir, f)) for f in files], True,
                                   inputs=(args.path, args.compare))

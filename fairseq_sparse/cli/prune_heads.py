@@ -109,7 +109,7 @@ def validate(args):
     if args.data is not None:
         common.check_data_dir(args.data, "--data")
     outputs = [("--output", args.output), ("--output (its kept heads)", kept_heads_path(args.output))]
-    common.check_output_files(outputs, args.overwrite, inputs=[args.path, args.head_mask])
+    common.check_output_files(outputs, args.overwrite, inputs=[args.path, args.head_mask], data=args.data)
     if args.head_mask is None:
         return None
     try:

@@ -166,7 +166,7 @@ def check_inputs_and_outputs(args):
             raise ToolError(f"--function-words: {e}") from None
     out = output_paths(args)
     common.check_output_files([("--output-prefix", out["tsv"]), ("--output-prefix", out["png"])], args.overwrite,
-                              inputs=paths + [args.baseline, args.function_words, args.tags])
+                              inputs=paths + [args.baseline, args.function_words, args.tags], data=args.data)
     return paths, words
 
 
@@ -197,7 +197,7 @@ def describe(args, paths):
         out = output_paths(args)
         names = ["types"] + (["chars_png", "chars_tsv"] if args.char_boundary else [])
         common.check_output_files([("--output-prefix", out[k]) for k in names], args.overwrite,
-                                  inputs=paths + [args.baseline, args.function_words, args.tags])
+                                  inputs=paths + [args.baseline, args.function_words, args.tags], data=args.data)
     elif args.tags or args.char_boundary:
         raise ToolError("--tags / --char-boundary describe pruned source tokens, and no checkpoint has L0Drop gates "
                         "or an encoder-output pattern")

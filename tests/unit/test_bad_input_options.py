@@ -148,3 +148,49 @@ def test_help_uses_the_current_tool_names(tool):
     module = importlib.import_module(f"fairseq_sparse.cli.{tool}")
     text = module.get_parser().format_help()
     assert not OLD_NAMES.search(text), OLD_NAMES.search(text).group(0)
+
+
+# ------------------------------------------------------------------------------------------------
+# a data directory's files are inputs: never written over, --overwrite or not
+
+
+@pytest.fixture
+def data_and_ckpt(tmp_path):
+    """A data directory with dictionaries (and the outputs of earlier runs kept there: probe.json, curve.tsv), and
+    a file that passes the checkpoint check (the tools refuse before loading it)."""
+    data = tmp_path / "data-bin"
+    data.mkdir()
+    for name in ("dict.src.txt", "dict.tgt.txt", "probe.json", "curve.tsv"):
+        (data / name).write_text("w0 5\n")
+    ckpt = tmp_path / "model.pt"
+    torch.save({"model": {}}, ckpt)
+    return str(data), str(ckpt)
+
+
+TOOL_ARGS = {
+    # tool: arguments writing over a file of DATA (with --overwrite)
+    "l0drop_gates": lambda d, c: [d, "--path", c, "--gates-output", f"{d}/dict.src.txt"],
+    "head_importance": lambda d, c: ["importance", d, "--path", c, "--output-dir", f"{d}/../out",
+                                     "--write-mask", f"{d}/dict.src.txt", "--prune-fraction", "0.5"],
+    "prune_heads": lambda d, c: ["--path", c, "--data", d, "--output", f"{d}/dict.src.txt"],
+    "probe": lambda d, c: [d, "--path", c, "--output-dir", d],
+    "sparsity_curve": lambda d, c: [d, "--checkpoints", c, "--output-prefix", f"{d}/curve"],
+}
+
+
+@pytest.mark.parametrize("tool", sorted(TOOL_ARGS))
+def test_a_data_file_is_never_an_output(tool, data_and_ckpt, capsys):
+    """fairseq-sparse-l0drop-gates DATA ... --gates-output DATA/dict.src.txt --overwrite replaced the data-bin's
+    dictionary: only checkpoints counted as inputs."""
+    import importlib
+
+    data, ckpt = data_and_ckpt
+    module = importlib.import_module(f"fairseq_sparse.cli.{tool}")
+    before = {name: open(f"{data}/{name}").read() for name in sorted(__import__("os").listdir(data))}
+    with pytest.raises(SystemExit) as e:
+        module.main(TOOL_ARGS[tool](data, ckpt) + ["--overwrite"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"is a file of the data directory {data}: refusing to write over it" in err, err[-2000:]
+    assert len(err.strip().splitlines()) == 1, err
+    assert {name: open(f"{data}/{name}").read() for name in before} == before
