@@ -265,12 +265,10 @@ def write_dummy_dictionary(data_dir, vocab):
 def model_command(args, data_dir, arch_flags):
     """The fairseq-train command line of a model of args' size (--layers ...) on the dummy data, shared
     embeddings, seed --seed, followed by ``arch_flags`` (--arch and any other option)."""
-    L, D, H, F = (str(x) for x in (args.layers, args.dim, args.heads, args.ffn))
+    from fairseq_sparse.recipe.commands import model_flags
+
     return [data_dir, "--user-dir", USER_DIR, "--task", "translation", "-s", "src", "-t", "tgt",
-            "--share-all-embeddings", "--seed", str(args.seed),
-            "--encoder-layers", L, "--decoder-layers", L, "--encoder-embed-dim", D, "--decoder-embed-dim", D,
-            "--encoder-ffn-embed-dim", F, "--decoder-ffn-embed-dim", F,
-            "--encoder-attention-heads", H, "--decoder-attention-heads", H,
+            "--seed", str(args.seed), *model_flags(args.layers, args.dim, args.ffn, args.heads),
             "--max-source-positions", str(MAX_POSITIONS), "--max-target-positions", str(MAX_POSITIONS),
             *arch_flags]
 

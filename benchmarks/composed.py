@@ -596,9 +596,10 @@ def print_report(args, rows, meta):
     if ct2:
         lengths = rows[0]["variants"][ct2[0]]["out_lengths"]
         print(f"CTranslate2 output lengths {lengths} (fairseq: {args.out_len} + EOS).")
-    print(bench_common.noise_line({f"{v} vs stock, {row['length']} tokens": (row["variants"]["stock"]["times_s"],
-                                                                              r["times_s"])
-                                   for row in rows for v, r in row["variants"].items() if v != "stock"}))
+    meta["noise"] = bench_common.noise_line({f"{v} vs stock, {row['length']} tokens": (row["variants"]["stock"]["times_s"],
+                                                                                        r["times_s"])
+                                             for row in rows for v, r in row["variants"].items() if v != "stock"})
+    print(meta["noise"])
     print(f"load average before / after: {meta['loadavg_before']} / {meta['loadavg_after']}")
 
 

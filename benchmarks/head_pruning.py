@@ -351,7 +351,7 @@ def print_variants(variants, checks):
     print(f"equivalence check: {'PASS' if all_ok else 'FAIL'}")
 
 
-def print_times(args, rows):
+def print_times(args, rows, meta):
     print_header(f"{'batch':>5} {'variant':<22} {'wall s':>8} {'cpu s':>8} {'enc s':>7} {'sent/s':>8} "
                  f"{'vs stock':>8} {'(paired)':>8} {'vs same-path':>12} {'(paired)':>8} {'lin. bound':>10} "
                  f"{'decode MB':>9}")
@@ -374,9 +374,11 @@ def print_times(args, rows):
     print("decode MB: peak memory one untimed generate added, after the warm-ups (CPU: peak RSS increase;")
     print("  CUDA: allocated); model MB: the parameters.")
     print("The weights are random: speed depends on the shapes only (same forced output length for all variants).")
-    print(bench_common.noise_line({f"{name} vs full-same-path, batch {B}": (res["full-same-path"]["times_s"],
-                                                                              r["times_s"])
-                                   for B, res in rows.items() for name, r in res.items() if name != "full-same-path"}))
+    meta["noise"] = bench_common.noise_line({f"{name} vs full-same-path, batch {B}": (res["full-same-path"]["times_s"],
+                                                                                    r["times_s"])
+                                             for B, res in rows.items() for name, r in res.items()
+                                             if name != "full-same-path"})
+    print(meta["noise"])
 
 
 def print_report(args, variants, checks, rows, meta):
@@ -388,7 +390,7 @@ def print_report(args, variants, checks, rows, meta):
     print()
     print_variants(variants, checks)
     print()
-    print_times(args, rows)
+    print_times(args, rows, meta)
     targets = [(B, res[n]) for B, res in rows.items() if B >= 16 for n in res if n == "pruned-50%"]
     if targets:
         print()

@@ -397,9 +397,10 @@ def print_report(args, rows, meta):
     if not cuda and not args.no_memory:
         print("peak RSS: ru_maxrss of a fresh process that loads one model and runs one generate (model + torch +"
               " decoding); after load: its RSS before decoding.")
-    print(bench_common.noise_line({f"{v} vs {base}, {row['length']} tokens": (row[base]["times_s"], row[v]["times_s"])
-                                   for row in rows for v, base in (("pruned", "unpruned"), ("pruned", "stock"))
-                                   if v in row and base in row}))
+    meta["noise"] = bench_common.noise_line({f"{v} vs {base}, {row['length']} tokens": (row[base]["times_s"], row[v]["times_s"])
+                                             for row in rows for v, base in (("pruned", "unpruned"), ("pruned", "stock"))
+                                             if v in row and base in row})
+    print(meta["noise"])
     print(f"load average before / after: {meta['loadavg_before']} / {meta['loadavg_after']}")
 
 

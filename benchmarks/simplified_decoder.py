@@ -305,11 +305,9 @@ def bleu_part(args, workdir):
         [os.path.join(BIN, "fairseq-preprocess"), "--source-lang", "src", "--target-lang", "tgt",
          "--trainpref", f"{raw}/train", "--validpref", f"{raw}/valid", "--testpref", f"{raw}/test",
          "--destdir", data, "--joined-dictionary", "--workers", "1"], log, env), log)})
-    L, D, H, F = (str(x) for x in (args.bleu_layers, args.bleu_dim, args.bleu_heads, args.bleu_ffn))
-    common = ["--user-dir", USER_DIR, "--encoder-layers", L, "--decoder-layers", L,
-              "--encoder-embed-dim", D, "--decoder-embed-dim", D, "--encoder-ffn-embed-dim", F,
-              "--decoder-ffn-embed-dim", F, "--encoder-attention-heads", H, "--decoder-attention-heads", H,
-              "--share-all-embeddings", "--dropout", "0.1",
+    from fairseq_sparse.recipe.commands import model_flags
+
+    common = ["--user-dir", USER_DIR, *model_flags(args.bleu_layers, args.bleu_dim, args.bleu_ffn, args.bleu_heads, 0.1),
               "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
               "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "2e-3", "--lr-scheduler", "inverse_sqrt",
               "--warmup-updates", str(max(1, min(200, args.bleu_updates // 5))), "--max-tokens", str(args.bleu_max_tokens),
@@ -397,9 +395,10 @@ def print_speed(args, speed, meta):
     print(f"words/s, sent/s: work / median {args.clock} time; vs standard: speed ratio - 1 against stock fairseq "
           "transformer; (paired): median of the per-round ratios; peak MB: what one untimed run added "
           "(CPU: peak RSS, CUDA: allocated)")
-    print(bench_common.noise_line({f"{n} vs standard, {part}": (speed[part]["standard"]["times_s"], r["times_s"])
-                                   for part in ("train", "infer") if part in speed
-                                   for n, r in speed[part].items() if n != "standard"}))
+    meta["noise"] = bench_common.noise_line({f"{n} vs standard, {part}": (speed[part]["standard"]["times_s"], r["times_s"])
+                                             for part in ("train", "infer") if part in speed
+                                             for n, r in speed[part].items() if n != "standard"})
+    print(meta["noise"])
 
 
 def print_quality(args, runs):

@@ -169,24 +169,20 @@ def l0drop_pruning(encoder, samples: Iterable[dict], dictionary, separator: Opti
     and, for a character-level source with the space symbol ``char_boundary``, {"char_positions": rows of
     :class:`.token_types.PrunedPositions`}."""
     specials = {dictionary[dictionary.eos()], dictionary[dictionary.bos()], dictionary[dictionary.pad()]}
-    by_type = tt.PrunedByType()
-    positions = tt.PrunedPositions()
-    n = pruned = 0
     was_pruned_decoding = getattr(encoder, "pruned_decoding", None)
     encoder.pruned_decoding = False  # the same gates either way; no compressed memory needed
     try:
         rows = source_token_gates(encoder, samples, dictionary)
-        for sid, sentence in itertools.groupby(rows, key=lambda r: r[0]):
-            sentence = [(tok, g == 0) for _, _, tok, g in sentence]
-            n += len(sentence)
-            pruned += sum(p for _, p in sentence)
-            pieces = [tok for tok, p in sentence if tok not in specials]
-            kept = [p for tok, p in sentence if tok not in specials]
-            by_type.add(tt.piece_types(pieces, separator, function_words, None if tags is None else tags[sid]), kept)
-            if char_boundary is not None:
-                positions.add(tt.char_positions(pieces, char_boundary), kept)
+        sentences = [(sid, [(tok, g == 0) for _, _, tok, g in s]) for sid, s in itertools.groupby(rows, lambda r: r[0])]
     finally:
         encoder.pruned_decoding = was_pruned_decoding
+    n = sum(len(s) for _, s in sentences)
+    pruned = sum(p for _, s in sentences for _, p in s)
+    words = [(sid, [(tok, p) for tok, p in s if tok not in specials]) for sid, s in sentences]
+    by_type = tt.pruned_by_type(words, separator, function_words, tags)
+    positions = tt.PrunedPositions()
+    for _, pieces in words if char_boundary is not None else ():
+        positions.add(tt.char_positions([t for t, _ in pieces], char_boundary), [p for _, p in pieces])
     out = {"l0drop": pruned / n if n else None, "tokens": n, "pruned": pruned}
     out.update({f"pruned_{t}": v for t, v in by_type.shares().items()})
     if char_boundary is not None:

@@ -252,3 +252,14 @@ class PrunedByType:
     def shares(self) -> Dict[str, Optional[float]]:
         """{type: share of its pieces pruned} (None for a type with no piece)."""
         return {t: self.pruned[t] / self.count[t] if self.count[t] else None for t in TOKEN_TYPES}
+
+
+def pruned_by_type(sentences: Iterable[Tuple[int, Sequence[Tuple[str, bool]]]], separator: Optional[str],
+                   function_words=ENGLISH_FUNCTION_WORDS, tags=None) -> "PrunedByType":
+    """Pieces and pruned pieces per token type over ``sentences`` ((sentence id, [(piece, pruned), ...]) without
+    special tokens; types by :func:`piece_types`, from ``tags`` {sentence id: tags} when given)."""
+    by_type = PrunedByType()
+    for sid, pieces in sentences:
+        types = piece_types([p for p, _ in pieces], separator, function_words, None if tags is None else tags[sid])
+        by_type.add(types, [pruned for _, pruned in pieces])
+    return by_type

@@ -1,5 +1,5 @@
-"""examples/recipe.py end to end on a tiny raw corpus the test makes (every step, the report, the resume),
-and its input checks (before any work starts)."""
+"""fairseq-sparse-recipe end to end on a tiny raw corpus the test makes (every step, the report, the resume, the
+results keyed by the checkpoints that produced them), and its input checks (before any work starts)."""
 import json
 import os
 import shutil
@@ -8,9 +8,10 @@ import sys
 
 import pytest
 
-from conftest import REPO, run
+from conftest import REPO, console, run
 
-RECIPE = [sys.executable, os.path.join(REPO, "examples", "recipe.py")]
+RECIPE = [console("fairseq-sparse-recipe")]
+SHIM = [sys.executable, os.path.join(REPO, "examples", "recipe.py")]  # the former entry point, kept working
 TINY = ["--layers", "1", "--embed-dim", "32", "--ffn-dim", "64", "--heads", "2", "--bpe-merges", "100",
         "--baseline-updates", "40", "--warmup-updates", "10", "--finetune-updates", "20", "--curve-updates", "10",
         "--curve-targets", "0.3,0.6", "--beam", "2", "--max-tokens", "2000"]
@@ -151,18 +152,10 @@ def test_recipe_refuses_data_bin_without_dictionaries(tmp_path):
     assert proc.returncode != 0 and "lacks dict.en.txt" in proc.stderr
 
 
-def _recipe_module():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("recipe", os.path.join(REPO, "examples", "recipe.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_corpus_score_bleu_and_rouge():
     """--metric: sacrebleu's BLEU, or ROUGE-1/2/L F1 (rouge-score, stemmed) averaged over sentences."""
-    score = _recipe_module().corpus_score
+    from fairseq_sparse.analysis.scores import corpus_score as score
+
     refs = ["the cat sat on the mat", "a dog barked"]
     assert score("bleu", refs, refs)[0] == 100.0
     assert score("rouge", refs, refs) == (100.0, {"rouge1": 100.0, "rouge2": 100.0, "rougeL": 100.0})
@@ -170,6 +163,25 @@ def test_corpus_score_bleu_and_rouge():
     # one sentence right, one with 2 of 3 words (stemmed: barks = barked): ROUGE-1 F1 = (1 + 2/3) / 2
     r = score("rouge", [refs[0], "a dog barks loudly"], refs)[1]
     assert r["rouge1"] == pytest.approx(100 * (1 + (2 * 1.0 * 0.75) / (1.0 + 0.75)) / 2, abs=0.01)
+
+
+def test_results_follow_the_checkpoint_that_produced_them(raw_corpus, tmp_path):
+    """A re-run with a larger --finetune-updates trains the control on; its score and hypotheses are decoded
+    again from the new checkpoint, not taken from the cache of the old one (issue 22)."""
+    work = tmp_path / "work"
+    recipe(raw_corpus, work, ["--steps", "prepare,baseline,control,report", "--threads", "1"])
+    first = json.loads((work / "results" / "control.json").read_text())["produced_by"]
+    assert first["checkpoints"]["control/checkpoint_last.pt"]["updates"] == 20
+    proc = run(SHIM + ["--corpus", str(raw_corpus), "-s", "en", "-t", "de", "--work-dir", str(work)] + TINY
+               + ["--finetune-updates", "30", "--steps", "control,report", "--threads", "1"])
+    assert "fairseq-generate" in proc.stdout  # decoded again
+    again = json.loads((work / "results" / "control.json").read_text())["produced_by"]
+    assert again["checkpoints"]["control/checkpoint_last.pt"]["updates"] == 30
+    assert again["checkpoints"]["control/checkpoint_last.pt"]["sha1"] != first["checkpoints"]["control/checkpoint_last.pt"]["sha1"]
+    results = json.loads((work / "results.json").read_text())
+    assert results["settings"]["finetune_updates"] == 30 and "control" in results["models"]
+    # the baseline did not change: its cached result is kept
+    assert "generate.baseline" not in proc.stdout
 
 
 @pytest.mark.parametrize("extra,message", [

@@ -1,0 +1,154 @@
+"""Pure builders of the recipe's command lines (lists of strings, relative to the work dir): what a user would
+type, and what the report repeats. Nothing here runs or reads anything."""
+import json
+import os
+import sys
+
+from .methods import Method, updates_of
+
+USER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.dirname(sys.executable)
+
+
+def tool(name):
+    """A console script of the environment the recipe runs in."""
+    return os.path.join(BIN, name)
+
+
+def lang_flags(a):
+    return ["--source-lang", a.source_lang, "--target-lang", a.target_lang]
+
+
+def model_flags(layers, embed_dim, ffn_dim, heads, dropout=None):
+    """fairseq's transformer sizes, the same in the encoder and the decoder, embeddings shared (also what the
+    benchmarks and the test fixtures build)."""
+    return ["--encoder-layers", str(layers), "--decoder-layers", str(layers),
+            "--encoder-embed-dim", str(embed_dim), "--decoder-embed-dim", str(embed_dim),
+            "--encoder-ffn-embed-dim", str(ffn_dim), "--decoder-ffn-embed-dim", str(ffn_dim),
+            "--encoder-attention-heads", str(heads), "--decoder-attention-heads", str(heads),
+            "--share-all-embeddings"] + ([] if dropout is None else ["--dropout", str(dropout)])
+
+
+def recipe_model_flags(a):
+    return model_flags(a.layers, a.embed_dim, a.ffn_dim, a.heads, a.dropout)
+
+
+def common_train_flags(a, epoch_checkpoints=False):
+    return ["--max-tokens", str(a.max_tokens), "--seed", str(a.seed), "--cpu", "--num-workers", "0",
+            "--skip-invalid-size-inputs-valid-test", "--max-source-positions", "1024",
+            "--max-target-positions", "1024", "--required-batch-size-multiple", "1",
+            "--log-format", "json", "--log-interval", "50"] + ([] if epoch_checkpoints else ["--no-epoch-checkpoints"])
+
+
+def validation_flags(a):
+    """Validation BLEU (greedy) picks the best checkpoint of a training from scratch (translation)."""
+    if a.metric != "bleu":
+        return ["--validate-interval", str(a.validate_interval)]
+    detok = ["--eval-bleu-detok", "moses"] if a.tokenizer == "moses" else []
+    return (["--eval-bleu", "--eval-bleu-args", json.dumps({"beam": 1})] + detok
+            + (["--eval-bleu-remove-bpe"] if a.bpe_merges else [])
+            + ["--best-checkpoint-metric", "bleu", "--maximize-best-checkpoint-metric",
+               "--validate-interval", str(a.validate_interval)])
+
+
+def task_flags(method_name):
+    """fairseq's --task of a model: the POS pattern reads its tags through translation_source_tags."""
+    if method_name.startswith("pattern_pos"):
+        return ["--task", "translation_source_tags", "--source-tags-dir", "tags"]
+    return ["--task", "translation"]
+
+
+def train_from_scratch(a, data, m: Method):
+    """fairseq-train of the method's architecture from random weights with the baseline's command line and budget."""
+    return ([tool("fairseq-train"), data, "--user-dir", USER_DIR, "--task", "translation"] + lang_flags(a)
+            + ["--arch", m.arch] + recipe_model_flags(a)
+            + ["--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+               "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--clip-norm", "0.0",
+               "--lr", str(a.lr), "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(a.warmup_updates),
+               "--max-update", str(a.baseline_updates), "--save-dir", m.name]
+            + common_train_flags(a) + validation_flags(a))
+
+
+def finetune(a, data, m: Method, resume=False):
+    """fairseq-train from the method's start model (the same optimiser, criterion, learning rate and batches for
+    every method and its control). ``resume``: an interrupted run goes on from its checkpoint_last."""
+    every = m.checkpoint_every or m.decoding == "curve"  # a checkpoint per target (a target may end an epoch)
+    save_every = a.curve_updates if every else 0
+    start = [] if resume else ["--finetune-from-model", f"{m.start}/checkpoint_best.pt"]
+    return ([tool("fairseq-train"), data, "--user-dir", USER_DIR] + task_flags(m.name) + lang_flags(a)
+            + ["--arch", m.arch] + recipe_model_flags(a)
+            + ["--criterion", "label_smoothed_cross_entropy_with_sparsity", "--label-smoothing", "0.1",
+               "--optimizer", "adam_sparsity", "--sparsity-lr", str(a.sparsity_lr), "--adam-betas", "(0.9, 0.98)",
+               "--lr", str(a.finetune_lr), "--lr-scheduler", "fixed", "--max-update", str(updates_of(m, a))]
+            + start + ["--save-dir", m.name, "--save-interval-updates", str(save_every), "--keep-interval-updates", "-1"]
+            + common_train_flags(a, every) + m.flags(a))
+
+
+def decoding_flags(a):
+    return ["--beam", str(a.beam), "--batch-size", str(a.batch_size), "--cpu"]
+
+
+def generate(a, data, key, checkpoint, overrides=None):
+    """fairseq-generate of a checkpoint on the test split, every sentence (the last partial batch included)."""
+    cmd = ([tool("fairseq-generate"), data, "--user-dir", USER_DIR, "--path", checkpoint, "--gen-subset", "test"]
+           + task_flags(key) + lang_flags(a) + ["--beam", str(a.beam), "--batch-size", str(a.batch_size),
+                                                "--required-batch-size-multiple", "1", "--cpu"])
+    cmd += (["--remove-bpe"] if a.bpe_merges else []) + (["--tokenizer", "moses"] if a.tokenizer == "moses" else [])
+    return cmd + (["--model-overrides", overrides] if overrides else [])
+
+
+def attention_analysis(a, data, name):
+    cmd = [tool("fairseq-sparse-attention-analysis"), data, "--user-dir", USER_DIR, "--path",
+           f"{name}/checkpoint_last.pt", "--gen-subset", "test", "--output-dir", f"{name}/attention",
+           "--overwrite", "--cpu", "--no-progress-bar", "--example-maps", "3",
+           "--bpe-separator", "@@" if a.bpe_merges else ""] + lang_flags(a)
+    return cmd + (["--gold", os.path.abspath(a.gold_alignments)] if a.gold_alignments else [])
+
+
+def prune_heads(checkpoint, output, head_mask=None):
+    """Closed (or masked) heads cut out; --overwrite: a checkpoint that changed is pruned again."""
+    return [tool("fairseq-sparse-prune-heads"), "--path", checkpoint] + (
+        ["--head-mask", head_mask] if head_mask else []) + ["--output", output, "--overwrite"]
+
+
+def _bleu_flags(a):
+    return decoding_flags(a) + lang_flags(a) + (["--remove-bpe"] if a.bpe_merges else [])
+
+
+def head_importance(a, data, base="baseline/checkpoint_best.pt"):
+    return ([tool("fairseq-sparse-head-importance"), "importance", data, "--path", base,
+             "--output-dir", "importance/scores", "--write-mask", "importance/mask.json",
+             "--prune-fraction", str(a.importance_fraction), "--overwrite", "--mask-types"]
+            + a.importance_types.split(",") + _bleu_flags(a))
+
+
+def importance_curve(a, data, base="baseline/checkpoint_best.pt"):
+    return ([tool("fairseq-sparse-head-importance"), "prune-curve", data, "--path", base,
+             "--output-dir", "importance/curve", "--max-sentences", str(a.importance_sentences),
+             "--overwrite", "--modes", "all", "enc", "dec", "encdec"] + _bleu_flags(a))
+
+
+def sparsity_curve(a, data, save_dir="curve"):
+    cmd = ([tool("fairseq-sparse-sparsity-curve"), data, "--user-dir", USER_DIR, "--save-dir", save_dir,
+            "--gen-subset", "test"] + decoding_flags(a) + ["--output-prefix", f"{save_dir}/curve"] + lang_flags(a)
+           + (["--remove-bpe"] if a.bpe_merges else []))
+    return cmd + (["--function-words", os.path.abspath(a.function_words)] if a.function_words else [])
+
+
+def pos_tags(text, split, bpe):
+    return [tool("fairseq-sparse-pos-tags"), "--input", text, "--output", f"tags/{split}.tags"] + (
+        [] if bpe else ["--bpe-marker", ""])
+
+
+def preprocess(a, prefix, destdir):
+    return [tool("fairseq-preprocess")] + lang_flags(a) + [
+        "--trainpref", prefix["train"], "--validpref", prefix["valid"], "--testpref", prefix["test"],
+        "--destdir", destdir, "--joined-dictionary", "--workers", "2"]
+
+
+def learn_bpe(merges, both, codes):
+    return [tool("subword-nmt"), "learn-bpe", "-s", str(merges), "-i", both, "-o", codes]
+
+
+def apply_bpe(codes, text, out):
+    return [tool("subword-nmt"), "apply-bpe", "-c", codes, "-i", text, "-o", out]

@@ -1,0 +1,131 @@
+"""The recipe's data: the raw corpus (or data-bin) checked before any work, then tokenised (sacremoses), split
+into joint BPE (subword-nmt) and binarised (fairseq-preprocess)."""
+import os
+
+from . import commands
+from .options import SPLITS, fail
+
+
+def _check_split(a, split):
+    counts = {}
+    for lang in (a.source_lang, a.target_lang):
+        path = os.path.join(a.corpus, f"{split}.{lang}")
+        if not os.path.isfile(path):
+            fail(f"missing corpus file {path}")
+        try:
+            with open(path, encoding="utf-8", errors="strict") as f:
+                counts[path] = sum(1 for _ in f)
+        except UnicodeDecodeError as e:
+            fail(f"{path} is not UTF-8 text: {e}")
+    (p1, n1), (p2, n2) = counts.items()
+    if n1 != n2:
+        fail(f"{p1} has {n1} lines but {p2} has {n2}: the sides are not aligned")
+    if n1 == 0:
+        fail(f"{p1} is empty")
+    if split == "test" and a.gold_alignments:
+        with open(a.gold_alignments) as f:
+            n_gold = sum(1 for _ in f)
+        if n_gold != n1:
+            fail(f"--gold-alignments {a.gold_alignments} has {n_gold} lines but the test split {n1}")
+
+
+def _check_raw(a):
+    if a.tokenizer == "moses":
+        from sacremoses.corpus import NonbreakingPrefixes
+
+        known = NonbreakingPrefixes().available_langs
+        for lang in (a.source_lang, a.target_lang):
+            if lang not in known:
+                fail(f"no Moses tokeniser rules for language code {lang!r}; known: {', '.join(sorted(known))} "
+                     "(--tokenizer none for a corpus that is tokenised already)")
+    for split in SPLITS:
+        _check_split(a, split)
+
+
+def _check_data_bin(a, data):
+    for lang in (a.source_lang, a.target_lang):
+        for name in [f"dict.{lang}.txt"] + [f"{s}.{a.source_lang}-{a.target_lang}.{lang}.bin" for s in SPLITS]:
+            if not os.path.isfile(os.path.join(data, name)):
+                fail(f"data-bin {data} lacks {name}")
+    with open(os.path.join(data, f"dict.{a.source_lang}.txt"), "rb") as f1, \
+            open(os.path.join(data, f"dict.{a.target_lang}.txt"), "rb") as f2:
+        if f1.read() != f2.read():
+            fail(f"data-bin {data}: the recipe shares all embeddings and needs a joined dictionary "
+                 "(fairseq-preprocess --joined-dictionary)")
+
+
+def check_inputs(a, data):
+    """Every input problem, reported before any work starts."""
+    if a.corpus:
+        _check_raw(a)
+    else:
+        _check_data_bin(a, data)
+    if a.function_words:
+        from ..analysis.token_types import read_function_words
+
+        try:
+            read_function_words(a.function_words)
+        except ValueError as e:
+            fail(str(e))
+
+
+def prepare(a, wd, data):
+    """WORK/data-bin from the raw corpus (nothing to do for --data-bin; skipped once it exists)."""
+    if a.data_bin:
+        print("  data-bin given: nothing to prepare")
+        return
+    if os.path.exists(os.path.join(data, f"dict.{a.target_lang}.txt")):
+        print(f"  prepare: done already ({data}); skipped")
+        return
+    os.makedirs(wd.path("tok"), exist_ok=True)
+    if a.tokenizer == "moses":
+        _tokenise(a, wd)
+        prefix = {split: f"tok/{split}" for split in SPLITS}
+    else:
+        prefix = {split: os.path.join(os.path.abspath(a.corpus), split) for split in SPLITS}
+    if a.bpe_merges:
+        prefix = _bpe(a, wd, prefix)
+    tmp = data + ".tmp"
+    wd.run("prepare", commands.preprocess(a, prefix, os.path.basename(tmp)), "preprocess.log")
+    os.replace(tmp, data)
+
+
+def _tokenise(a, wd):
+    """Moses tokenisation of every split (the recorded command is the equivalent sacremoses CLI)."""
+    from sacremoses import MosesTokenizer
+
+    for lang in (a.source_lang, a.target_lang):
+        tok = MosesTokenizer(lang=lang)
+        for split in SPLITS:
+            out = wd.path("tok", f"{split}.{lang}")
+            if os.path.exists(out):
+                continue
+            with open(os.path.join(a.corpus, f"{split}.{lang}"), encoding="utf-8") as f, \
+                    open(out + ".tmp", "w", encoding="utf-8") as g:
+                for line in f:
+                    g.write(tok.tokenize(line.strip(), escape=False, return_str=True) + "\n")
+            os.replace(out + ".tmp", out)
+        wd.record("prepare", f"sacremoses -l {lang} -j 2 tokenize -x < CORPUS/SPLIT.{lang} > tok/SPLIT.{lang}")
+
+
+def _bpe(a, wd, prefix):
+    """Joint BPE learnt on both sides of the training split, applied to every split."""
+    both = wd.path("tok", "train.both")
+    if not os.path.exists(both):
+        with open(both + ".tmp", "w", encoding="utf-8") as g:
+            for lang in (a.source_lang, a.target_lang):
+                with open(wd.path(f"{prefix['train']}.{lang}"), encoding="utf-8") as f:
+                    g.write(f.read())
+        os.replace(both + ".tmp", both)
+    codes = wd.path("tok", "bpe.codes")
+    if not os.path.exists(codes):
+        wd.run("prepare", commands.learn_bpe(a.bpe_merges, "tok/train.both", "tok/bpe.codes.tmp"), "learn_bpe.log")
+        os.replace(codes + ".tmp", codes)
+    for split in SPLITS:
+        for lang in (a.source_lang, a.target_lang):
+            out = wd.path("tok", f"{split}.bpe.{lang}")
+            if not os.path.exists(out):
+                wd.run("prepare", commands.apply_bpe("tok/bpe.codes", f"{prefix[split]}.{lang}",
+                                                     f"tok/{split}.bpe.{lang}.tmp"), f"apply_bpe.{split}.{lang}.log")
+                os.replace(out + ".tmp", out)
+    return {split: f"tok/{split}.bpe" for split in SPLITS}

@@ -1,0 +1,184 @@
+"""Each model's test-set evaluation (fairseq-generate, every sentence) and the analyses that belong to it, every
+result cached with the identity of the checkpoints that produced it."""
+import json
+import os
+import re
+import statistics
+
+from . import commands
+from .methods import Method
+from ..analysis.scores import corpus_score
+
+
+class Evaluation:
+    """The evaluations of one work dir. ``a``: the recipe's options; ``wd``: its WorkDir; ``data``: the data-bin."""
+
+    def __init__(self, a, wd, data):
+        self.a, self.wd, self.data = a, wd, data
+
+    def decoding_settings(self, overrides=None):
+        a = self.a
+        return {"beam": a.beam, "batch_size": a.batch_size, "metric": a.metric, "tokenizer": a.tokenizer,
+                "bpe": bool(a.bpe_merges), "overrides": overrides}
+
+    def generate(self, key, checkpoint, overrides=None):
+        """Score (BLEU: sacrebleu, 13a on Moses-detokenised text, or on the tokens with --tokenizer none; or ROUGE)
+        of CHECKPOINT (relative to WORK) on the test split, every sentence decoded; the L0Drop sparsity rate
+        fairseq-generate prints; the parameters. Cached by KEY and what produced it."""
+        return self.wd.cached(key, [checkpoint], lambda: self._generate(key, checkpoint, overrides),
+                              self.decoding_settings(overrides))
+
+    def _generate(self, key, checkpoint, overrides):
+        out = self.wd.run("report", commands.generate(self.a, self.data, key, checkpoint, overrides),
+                          f"generate.{key}.log")
+        hyps, scores, refs = {}, {}, {}
+        for fields in (line.split("\t") for line in out.splitlines()):  # fairseq-generate's output format
+            kind, _, i = fields[0].partition("-")
+            if kind == "D" and i.isdigit():
+                hyps[int(i)] = fields[2]
+            elif kind == "H" and i.isdigit():
+                scores[int(i)] = float(fields[1])
+            elif kind == "T" and i.isdigit():
+                refs[int(i)] = fields[1] if len(fields) > 1 else ""
+        ids = sorted(refs)
+        score, details = corpus_score(self.a.metric, [hyps[i] for i in ids], [refs[i] for i in ids],
+                                      "13a" if self.a.tokenizer == "moses" else "none")
+        # fairseq-generate has no machine-readable output: its end-of-run lines are read as printed
+        sparsity = re.search(r"L0Drop sparsity rate ([\d.]+)%", out)
+        speed = re.search(r"Translated [\d,]+ sentences .* in ([\d.]+)s", out)
+        return {"score": score, **details, "sentences": len(ids), "checkpoint": checkpoint,
+                "l0drop_sparsity": float(sparsity.group(1)) / 100 if sparsity else None,
+                "decode_seconds": float(speed.group(1)) if speed else None,
+                "parameters": parameters(self.wd.path(checkpoint)),
+                "hypotheses": [[hyps[i], scores.get(i)] for i in ids]}
+
+    def checkpoint(self, m: Method):
+        """The checkpoint the report decodes for M (relative to WORK); heads cut out first where M has head gates."""
+        if m.decoding == "best":
+            return f"{m.name}/checkpoint_best.pt"
+        if m.decoding == "importance":
+            return "importance/pruned.pt"
+        if m.decoding == "heads_pruned" or (m.decoding == "layered" and "--head-gates" in m.flags(self.a)):
+            return self.prune_heads(m.name)
+        return f"{m.name}/checkpoint_last.pt"
+
+    def evaluate(self, m: Method):
+        """The test-set evaluation of M (and the analyses that belong to it)."""
+        if m.decoding == "curve":
+            return self.curve_points()
+        if m.decoding == "layered":
+            self.full_memory(m)
+        row = self.generate(m.name, self.checkpoint(m))
+        if m.name == "l0drop":
+            self.full_memory(m)
+        if m.attention_analysed:
+            self.attention_analysis(m.name)
+        return row
+
+    def full_memory(self, m: Method):
+        """M decoded with pruned decoding off: every encoder layer over every state, the full memory."""
+        return self.generate(f"{m.name}@full-memory", self.checkpoint(m), "{'pruned_decoding': False}")
+
+    def prune_heads(self, name):
+        """fairseq-sparse-prune-heads on NAME's last checkpoint (again when that changed); the smaller checkpoint."""
+        last, pruned = f"{name}/checkpoint_last.pt", f"{name}/pruned.pt"
+        self.wd.produced(pruned, [last], lambda: self.wd.run("report", commands.prune_heads(last, pruned),
+                                                             f"prune.{name}.log"))
+        return pruned
+
+    def heads_kept(self, name):
+        """Heads kept per attention type and in all, from the kept-heads JSON fairseq-sparse-prune-heads wrote."""
+        pruned = "importance/pruned.pt" if name == "importance" else f"{name}/pruned.pt"
+        with open(self.wd.path(os.path.splitext(pruned)[0] + ".kept_heads.json")) as f:
+            spec = json.load(f)
+        kept = {t: sum(len(layer) for layer in layers) for t, layers in spec.items()}
+        return {"kept": kept, "total": (sum(kept.values()), sum(self.a.heads * len(layers) for layers in spec.values()))}
+
+    def layer_sparsity(self, name):
+        """Cumulative share of source states pruned after each gated encoder layer and at the output, from the
+        last validation of NAME's fairseq-train log (JSON lines)."""
+        valid = None
+        with open(self.wd.path("logs", f"{name}.log")) as f:
+            for line in f:
+                head, _, body = line.partition("| {")
+                if "| valid " in head and body:
+                    valid = json.loads("{" + body)
+        if not valid:
+            return {}
+        found = {k[len("valid_"):-len("_sparsity")]: float(v) for k, v in valid.items()
+                 if re.fullmatch(r"valid_l0drop(_layer\d+)?_sparsity", k)}
+        return dict(sorted(found.items(), key=lambda kv: (kv[0] == "l0drop", kv[0])))
+
+    def attention_analysis(self, name):
+        """fairseq-sparse-attention-analysis of NAME's last checkpoint on the test split (teacher forced):
+        entropy and max weight per layer and head, AER with --gold-alignments, kept vs pruned with L0Drop."""
+        def compute():
+            self.wd.run("report", commands.attention_analysis(self.a, self.data, name), f"attention.{name}.log")
+            with open(self.wd.path(name, "attention", "attention.json")) as f:
+                result = json.load(f)
+            layers = result["layers"]
+            row = {"entropy": statistics.mean(r["entropy_heads"] for r in layers),
+                   "max_weight": statistics.mean(r["max_weight"] for r in layers),
+                   "aer": result["align"]["aer"] if self.a.gold_alignments else None}
+            if "l0drop" in result:
+                row["token_types"] = self.pruned_token_types(self.wd.path(name, "attention", "l0drop_tokens.tsv"))
+            return row
+
+        return self.wd.cached(f"attention.{name}", [f"{name}/checkpoint_last.pt"], compute,
+                              {"gold": self.a.gold_alignments, "bpe": bool(self.a.bpe_merges)})
+
+    def pruned_token_types(self, tokens_tsv):
+        """Share of each token type's source pieces that L0Drop pruned, from the analysis's per-token table."""
+        from ..analysis import token_types as tt
+
+        sentences = {}
+        with open(tokens_tsv) as f:
+            header = next(f).rstrip("\n").split("\t")
+            for line in f:
+                r = dict(zip(header, line.rstrip("\n").split("\t")))
+                sentences.setdefault(int(r["id"]), []).append((int(r["position"]), r["token"], bool(int(r["pruned"]))))
+        words = [(sid, [(tok, p) for _, tok, p in sorted(s) if tok not in ("</s>", "<s>", "<pad>")])
+                 for sid, s in sentences.items()]
+        function_words = (tt.read_function_words(self.a.function_words) if self.a.function_words
+                          else tt.ENGLISH_FUNCTION_WORDS)
+        by_type = tt.pruned_by_type(words, "@@" if self.a.bpe_merges else None, function_words)
+        return {t: {"tokens": by_type.count[t], "pruned": by_type.pruned[t], "share": share}
+                for t, share in by_type.shares().items()}
+
+    def curve_points(self):
+        """fairseq-sparse-sparsity-curve over the curve's checkpoints, and the control's score at the same updates."""
+        from ..analysis.sparsity_curve import read_state, saved_checkpoints, state_updates
+
+        curve_dir = self.wd.path("curve")
+        self.wd.produced("curve/curve.tsv", [os.path.relpath(c, self.wd.work) for c in saved_checkpoints(curve_dir)],
+                         lambda: self.wd.run("report", commands.sparsity_curve(self.a, self.data), "curve_tool.log"))
+        with open(self.wd.path("curve", "curve.tsv")) as f:
+            header, *lines = [l.rstrip("\n").split("\t") for l in f]
+        points = [dict(zip(header, l)) for l in lines]
+        control = {state_updates(read_state(c)): os.path.relpath(c, self.wd.work)
+                   for c in saved_checkpoints(self.wd.path("control"))}
+        control_updates = state_updates(read_state(self.wd.path("control", "checkpoint_last.pt")))
+        # the tool's BLEU is sacrebleu on the tokens: the report's own score when the corpus is tokenised already
+        tools_score = self.a.tokenizer == "none" and self.a.metric == "bleu"
+        for p in points:
+            u = int(float(p["updates"]))
+            p["score"] = float(p["bleu"]) if tools_score else self.generate(f"curve@{u}", p["checkpoint"])["score"]
+            if u in control:
+                key = "control" if u == control_updates else f"control@{u}"  # the same weights, decoded once
+                p["control_score"] = self.generate(key, "control/checkpoint_last.pt" if key == "control"
+                                                   else control[u])["score"]
+        return points
+
+
+def parameters(checkpoint):
+    from ..analysis.sparsity_curve import read_state
+
+    return int(sum(v.numel() for v in read_state(checkpoint)["model"].values() if hasattr(v, "numel")))
+
+
+def same_hypotheses(x, y):
+    """Whether two decodings gave the same hypotheses, and the largest score difference."""
+    same = [h for h, _ in x["hypotheses"]] == [h for h, _ in y["hypotheses"]]
+    diff = max((abs(s - t) for (_, s), (_, t) in zip(x["hypotheses"], y["hypotheses"])
+                if s is not None and t is not None), default=0.0)
+    return {"identical": same, "sentences": len(x["hypotheses"]), "max_score_difference": diff}

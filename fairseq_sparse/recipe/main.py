@@ -1,0 +1,99 @@
+"""``fairseq-sparse-recipe``: run the steps the user names, in order, then (step ``report``) gather every finished
+model's results into WORK/results.json and render WORK/REPORT.md from it."""
+import os
+import time
+
+from . import corpus, training
+from .evaluation import Evaluation, same_hypotheses
+from .methods import BY_NAME, METHODS, STEP_SUMMARY, STEPS, updates_of
+from .options import fail, parse_args
+from .report import plots_in, render
+from .speed import speed, speed_results
+from .workdir import WorkDir, save_json
+
+
+class Recipe:
+    """One run of the recipe over a work dir: the steps, and the results the report is made of."""
+
+    def __init__(self, args):
+        self.a = args
+        self.wd = WorkDir(args.work_dir, quiet=args.quiet, threads=args.threads)
+        self.data = os.path.abspath(args.data_bin) if args.data_bin else self.wd.path("data-bin")
+        self.ev = Evaluation(args, self.wd, self.data)
+
+    def step(self, name):
+        if name == "prepare":
+            corpus.prepare(self.a, self.wd, self.data)
+        elif name == "speed":
+            speed(self.a, self.wd, self.data)
+        elif name == "report":
+            self.report()
+        elif name == "importance":
+            training.importance(self.a, self.wd, self.data)
+            self.ev.evaluate(BY_NAME[name])
+        else:
+            training.train(self.a, self.wd, self.data, BY_NAME[name])
+            self.ev.evaluate(BY_NAME[name])
+
+    def done(self, m):
+        """Whether method M's model is complete."""
+        if m.arch is None:
+            return os.path.exists(self.wd.path("importance", "pruned.pt"))
+        return self.wd.finished(m.name, updates_of(m, self.a))
+
+    def results(self):
+        """results.json's content: every finished model's evaluation and analyses, speed, plots, commands."""
+        finished = [m for m in METHODS if self.done(m)]
+        rows = {m.name: self.ev.evaluate(m) for m in finished if m.decoding != "curve"}
+        if "baseline" not in rows:
+            fail("report: the baseline is not trained yet (run --steps baseline first)")
+        speed_rows, noise = speed_results(self.wd)
+        results = {"models": {n: {k: v for k, v in r.items() if k != "hypotheses"} for n, r in rows.items()},
+                   "heads": {n: self.ev.heads_kept(n) for n in ("heads_enc", "heads_all", "importance", "composed")
+                             if n in rows},
+                   "attention": {m.name: self.ev.attention_analysis(m.name)
+                                 for m in METHODS if m.attention_analysed and m.name in rows},
+                   "curve": self.ev.curve_points() if any(m.decoding == "curve" for m in finished) else [],
+                   "speed": [{"what": w, "ratio": r, "note": n} for w, r, n in speed_rows], "noise": noise,
+                   "settings": vars(self.a)}
+        for name in ("l0drop", "l0drop_layers", "composed"):
+            if name in rows:
+                results[f"{name}_exact"] = same_hypotheses(rows[name], self.ev.full_memory(BY_NAME[name]))
+            if name in rows and name != "l0drop":
+                results[f"{name}_layer_sparsity"] = self.ev.layer_sparsity(name)
+        results["plots"] = plots_in(self.wd.work)
+        results["commands"] = {s: self.wd.commands(s) for s in STEPS if self.wd.commands(s)}
+        return results
+
+    def report(self):
+        """WORK/results.json, then WORK/REPORT.md rendered from it alone."""
+        results = self.results()
+        save_json(self.wd.path("results.json"), results)
+        lines = render(results)
+        path = self.wd.path("REPORT.md")
+        with open(path + ".tmp", "w") as f:
+            f.write("\n".join(lines) + "\n")
+        os.replace(path + ".tmp", path)
+        end = lines.index("## Plots") if "## Plots" in lines else lines.index("## Commands")
+        print("\n".join(lines[:end]))
+        print(f"report: {path}")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    recipe = Recipe(args)
+    corpus.check_inputs(args, recipe.data)
+    os.makedirs(recipe.wd.work, exist_ok=True)  # after the checks: a refused run leaves nothing behind
+    for step in args.steps.split(","):
+        start = time.time()
+        print(f"== {step}: {STEP_SUMMARY[step]}", flush=True)
+        recipe.step(step)
+        print(f"   {step}: {time.time() - start:.0f}s", flush=True)
+
+
+def cli_main():
+    main()
+
+
+if __name__ == "__main__":
+    cli_main()

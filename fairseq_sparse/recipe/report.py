@@ -1,0 +1,157 @@
+"""WORK/REPORT.md as a pure function of WORK/results.json: the models against their equal-updates controls,
+exactness of pruned decoding, token types, attention, speed, the curve, the plots and every command."""
+import os
+from argparse import Namespace
+
+from .methods import BY_NAME, CONTROL_OF, STEPS
+
+#: (title, path relative to WORK) of every plot a step may make
+PLOTS = (
+    ("BLEU against L0Drop sparsity (curve step)", "curve/curve.png"),
+    ("share pruned by token type (curve step)", "curve/curve_token_types.png"),
+    ("attention received by kept and pruned source tokens (L0Drop)", "l0drop/attention/l0drop_attention.png"),
+    ("encoder self-attention entropy, kept vs pruned (L0Drop)", "l0drop/attention/l0drop_entropy.png"),
+    ("head importance, encoder self-attention", "importance/scores/importance_enc.png"),
+    ("head importance, decoder self-attention", "importance/scores/importance_dec.png"),
+    ("head importance, encoder-decoder attention", "importance/scores/importance_encdec.png"),
+    ("BLEU while pruning heads by importance", "importance/curve/curve.png"),
+    ("attention entropy per head, control", "control/attention/entropy_heads.png"),
+    ("attention entropy per head, attention regulariser", "attention_reg/attention/entropy_heads.png"),
+    ("alignment error, coverage and entropy per layer, attention regulariser", "attention_reg/attention/layers.png"),
+)
+CURVE_COLUMNS = (("updates", ".0f"), ("target_l0drop", ".2f"), ("l0drop_sparsity", ".3f"), ("score", ".2f"),
+                 ("control_score", ".2f"), ("pruned_punct", ".3f"), ("pruned_function", ".3f"),
+                 ("pruned_content", ".3f"), ("pruned_bpeh", ".3f"), ("pruned_bpeo", ".3f"))
+
+
+def plots_in(work):
+    """(title, path) of every plot the steps made under WORK, the L0Drop example maps last."""
+    found = [(t, p) for t, p in PLOTS if os.path.exists(os.path.join(work, p))]
+    maps = os.path.join(work, "l0drop", "attention")
+    examples = sorted(f for f in os.listdir(maps) if f.startswith("example")) if os.path.isdir(maps) else []
+    return found + [(f"attention map with pruned sources marked ({f[:-4]})", f"l0drop/attention/{f}") for f in examples]
+
+
+def metric_name(a):
+    return "BLEU" if a.metric == "bleu" else "ROUGE-L"
+
+
+def cell(value, spec):
+    """A table cell: a number formatted with SPEC, anything else as it is (NA, empty)."""
+    try:
+        return format(float(value), spec)
+    except (TypeError, ValueError):
+        return "" if value is None else str(value)
+
+
+def sparsity_cell(name, row, heads):
+    if row.get("l0drop_sparsity") is not None:
+        return f"{100 * row['l0drop_sparsity']:.1f}% of source states pruned"
+    if name in heads and heads[name]["total"]:
+        kept, total = heads[name]["total"]
+        per = ", ".join(f"{t} {n}" for t, n in heads[name]["kept"].items())
+        return f"{total - kept} of {total} heads removed (kept: {per})"
+    return ""
+
+
+def header(a, models):
+    corpus = a.corpus or a.data_bin
+    on = "Moses-detokenised" if a.tokenizer == "moses" else "tokenised"
+    metric = "BLEU: sacrebleu" if a.metric == "bleu" else "ROUGE-L F1 (rouge-score, stemmed; ROUGE-1 / ROUGE-2 in results.json)"
+    return [f"# fairseq_sparse report: {os.path.basename(os.path.normpath(corpus))} {a.source_lang}-{a.target_lang}", "",
+            f"Corpus: {corpus}; model: stock transformer, {a.layers}+{a.layers} layers, width {a.embed_dim}, FFN "
+            f"{a.ffn_dim}, {a.heads} heads; baseline {a.baseline_updates} updates of <= {a.max_tokens} tokens; "
+            f"every fine-tuning and its control {a.finetune_updates} updates at lr {a.finetune_lr} (gates and "
+            f"multipliers: --sparsity-lr {a.sparsity_lr}); one seed. {metric} on the {on} test "
+            f"split, beam {a.beam}, all {models['baseline']['sentences']} sentences.", ""]
+
+
+def model_table(a, models, heads):
+    lines = [f"| model | what | {metric_name(a)} | vs its control | sparsity | parameters |", "|---|---|---|---|---|---|"]
+    for name, r in models.items():
+        ref = models.get(CONTROL_OF.get(name))
+        delta = f"{r['score'] - ref['score']:+.2f} (vs {CONTROL_OF[name]})" if ref else ""
+        lines.append(f"| {name} | {BY_NAME[name].what(a)} | {r['score']:.2f} | {delta} | "
+                     f"{sparsity_cell(name, r, heads)} | {r['parameters']:,} |")
+    return lines + [""]
+
+
+def exactness_lines(results):
+    lines = []
+    exact = results.get("l0drop_exact")
+    if exact:
+        lines.append(f"- L0Drop pruned decoding against the full memory: "
+                     f"{'identical' if exact['identical'] else 'DIFFERENT'} hypotheses on all {exact['sentences']} "
+                     f"test sentences (largest score difference {exact['max_score_difference']:.1e}).")
+    for name in ("l0drop_layers", "composed"):
+        if f"{name}_exact" in results:
+            e, rates = results[f"{name}_exact"], results[f"{name}_layer_sparsity"]
+            lines.append(f"- {name}: share of source states pruned after each gated encoder layer and at the output "
+                         f"(last validation): {', '.join(f'{k} {v:.1%}' for k, v in rates.items())}; the compacted "
+                         f"encoder with the pruned memory against the full memory: "
+                         f"{'identical' if e['identical'] else 'DIFFERENT'} hypotheses on all {e['sentences']} test "
+                         f"sentences (largest score difference {e['max_score_difference']:.1e}).")
+    return lines
+
+
+def attention_lines(att):
+    from ..analysis.token_types import TYPE_NAMES
+
+    lines = []
+    types = att.get("l0drop", {}).get("token_types")
+    if types:
+        lines.append("- Source pieces L0Drop prunes, by token type: " + ", ".join(
+            f"{TYPE_NAMES[t]} {100 * v['share']:.1f}% of {v['tokens']}" for t, v in types.items() if v["tokens"]) + ".")
+    if att:
+        lines.append("- Encoder-decoder attention on the test split (teacher forced; per head, mean over layers): " +
+                     "; ".join(f"{n} entropy {v['entropy']:.3f} nats, max weight {v['max_weight']:.3f}"
+                               + (f", AER {v['aer']:.3f}" if v.get("aer") is not None else "")
+                               for n, v in att.items()) + ".")
+    return lines + [""]
+
+
+def speed_lines(speed, noise):
+    if not speed:
+        return []
+    lines = ["Speed (benchmarks/, CPU time, one thread, variants timed side by side in one process; "
+             "the importance and simplified-decoder rows on random weights of the same shapes):", "",
+             "| what | against stock fairseq | note |", "|---|---|---|"]
+    lines += [f"| {s['what']} | {s['ratio']} | {s['note']} |" for s in speed]
+    return lines + [""] + [f"- {n}" for n in noise] + [""]
+
+
+def curve_lines(a, curve):
+    if not curve:
+        return []
+    lines = [f"One L0Drop run through the targets {a.curve_targets} ({a.curve_updates} updates each), "
+             "with the share of each token type's source pieces pruned:", "",
+             f"| updates | target | sparsity | {metric_name(a)} | control, same updates | pruned punct. | "
+             "pruned function | pruned content | pruned BPEH | pruned BPEO |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines += ["| " + " | ".join(cell(p.get(k), spec) for k, spec in CURVE_COLUMNS) + " |" for p in curve]
+    return lines + [""]
+
+
+def plot_lines(plots):
+    if not plots:
+        return []
+    return (["## Plots", ""] + [f"- [{title}]({path})" for title, path in plots] + [""]
+            + [f"![{title}]({path})" for title, path in plots if "example" not in path] + [""])
+
+
+def command_lines(commands):
+    lines = ["## Commands", ""]
+    for step in STEPS:
+        if commands.get(step):
+            lines += [f"### {step}", "", "```bash"] + commands[step] + ["```", ""]
+    return lines
+
+
+def render(results):
+    """REPORT.md's lines from results.json's content (nothing else is read)."""
+    a = Namespace(**results["settings"])
+    models = results["models"]
+    return (header(a, models) + model_table(a, models, results["heads"]) + exactness_lines(results)
+            + attention_lines(results["attention"]) + speed_lines(results["speed"], results.get("noise", []))
+            + curve_lines(a, results["curve"]) + plot_lines(results.get("plots", []))
+            + command_lines(results.get("commands", {})))

@@ -1,0 +1,51 @@
+"""The recipe's model steps: each method of the table trained (from scratch or fine-tuned from its start model),
+the importance step's pruning (no training), and the POS tags the tag pattern reads."""
+import os
+
+from . import commands
+from .methods import Method, updates_of
+from .options import SPLITS
+
+
+def train(a, wd, data, m: Method):
+    """Train method M unless its run is finished; an interrupted fine-tuning resumes from its checkpoint_last."""
+    if m.source_tags:
+        source_tags(a, wd)
+    if wd.finished(m.name, updates_of(m, a)):
+        print(f"  {m.name}: done already ({wd.path(m.name)}); skipped")
+        return
+    if m.start is None:
+        cmd = commands.train_from_scratch(a, data, m)
+    else:
+        cmd = commands.finetune(a, data, m, resume=os.path.exists(wd.path(m.name, "checkpoint_last.pt")))
+    wd.run(m.name, cmd, f"{m.name}.log")
+
+
+def importance(a, wd, data):
+    """Michel et al. (2019): head importance of the baseline on the valid split (heat maps), its pruning curves,
+    and the --importance-fraction least important heads cut out of the weights (no training). Each output is
+    remade when the baseline changed."""
+    os.makedirs(wd.path("importance"), exist_ok=True)
+    base = ["baseline/checkpoint_best.pt"]
+    wd.produced("importance/mask.json", base,
+                lambda: wd.run("importance", commands.head_importance(a, data), "importance.log"))
+    wd.produced("importance/curve/curve.png", base,
+                lambda: wd.run("importance", commands.importance_curve(a, data), "prune_curve.log"))
+    wd.produced("importance/pruned.pt", base, lambda: wd.run(
+        "importance", commands.prune_heads(base[0], "importance/pruned.pt", "importance/mask.json"),
+        "prune.importance.log"))
+
+
+def source_tags(a, wd):
+    """WORK/tags/{split}.tags: one tag per source word of each split, tagged on the prepared source text."""
+    os.makedirs(wd.path("tags"), exist_ok=True)
+    for split in SPLITS:
+        if os.path.exists(wd.path("tags", f"{split}.tags")):
+            continue
+        if a.bpe_merges:
+            text = f"tok/{split}.bpe.{a.source_lang}"
+        elif a.tokenizer == "moses":
+            text = f"tok/{split}.{a.source_lang}"
+        else:
+            text = os.path.join(os.path.abspath(a.corpus), f"{split}.{a.source_lang}")
+        wd.run("pattern_pos", commands.pos_tags(text, split, a.bpe_merges), f"pos_tags.{split}.log")

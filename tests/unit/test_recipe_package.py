@@ -1,0 +1,126 @@
+"""The recipe package without running anything: the method table and what follows from it, the pure command
+builders, the readers of the tools' JSON outputs, the report as a function of results.json, and its size rules."""
+import ast
+import json
+import os
+
+import pytest
+
+from fairseq_sparse.recipe import commands, methods
+from fairseq_sparse.recipe.evaluation import Evaluation
+from fairseq_sparse.recipe.options import get_parser
+from fairseq_sparse.recipe.report import render
+from fairseq_sparse.recipe.workdir import WorkDir, progress_line
+
+PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                       "fairseq_sparse", "recipe")
+
+
+def options(*extra):
+    return get_parser().parse_args(["--corpus", "c", "-s", "en", "-t", "de", "--work-dir", "w"] + list(extra))
+
+
+def test_every_control_and_start_runs_before_the_model_that_needs_it():
+    order = [m.name for m in methods.METHODS]
+    for m in methods.METHODS:
+        for needed in (m.control, m.start):
+            if needed is not None:
+                assert needed in order[:order.index(m.name)], (m.name, needed)
+
+
+def test_steps_controls_and_opt_ins_follow_from_the_table():
+    names = [m.name for m in methods.METHODS]
+    assert methods.STEPS == ("prepare", *names, "speed", "report")
+    assert set(methods.OPT_IN_STEPS) == {"speed", "pattern_pos", "l0drop_layers", "simplified_control", "composed"}
+    assert methods.CONTROL_OF["l0drop"] == "control" and methods.CONTROL_OF["heads_enc"] == "control_frozen"
+    assert "baseline" not in methods.CONTROL_OF and "curve" not in methods.CONTROL_OF
+    assert set(methods.STEP_SUMMARY) == set(methods.STEPS)
+
+
+def test_finetune_command_starts_from_its_model_and_resumes_without_it():
+    a = options()
+    l0drop = methods.BY_NAME["l0drop"]
+    cmd = commands.finetune(a, "bin", l0drop)
+    assert cmd[cmd.index("--finetune-from-model") + 1] == "baseline/checkpoint_best.pt"
+    assert cmd[cmd.index("--max-update") + 1] == "600" and "--no-epoch-checkpoints" in cmd
+    assert cmd[-4:] == ["--l0drop-target-sparsity", "0.5", "--sparsity-target-warmup-updates", "200"]
+    assert "--finetune-from-model" not in commands.finetune(a, "bin", l0drop, resume=True)
+    composed = commands.finetune(a, "bin", methods.BY_NAME["composed"])
+    assert composed[composed.index("--finetune-from-model") + 1] == "simplified/checkpoint_best.pt"
+
+
+def test_curve_and_control_save_a_checkpoint_per_target():
+    a = options("--curve-updates", "200")
+    for name in ("curve", "control"):
+        cmd = commands.finetune(a, "bin", methods.BY_NAME[name])
+        assert cmd[cmd.index("--save-interval-updates") + 1] == "200" and "--no-epoch-checkpoints" not in cmd
+    assert methods.updates_of(methods.BY_NAME["curve"], a) == 600
+
+
+def test_model_flags_are_the_recipe_sizes():
+    a = options("--layers", "2", "--embed-dim", "64", "--ffn-dim", "96", "--heads", "4")
+    flags = commands.recipe_model_flags(a)
+    assert flags[flags.index("--encoder-layers") + 1] == "2" and flags[flags.index("--decoder-ffn-embed-dim") + 1] == "96"
+
+
+def test_progress_lines_are_read_from_fairseqs_json_log():
+    train = '2026-11-24 10:00:00 | INFO | train_inner | {"epoch": 2, "update": 1.5, "loss": "5.1", "num_updates": "50", "wall": "12"}'
+    valid = '2026-11-24 10:00:00 | INFO | valid | {"epoch": 2, "valid_loss": "4.9", "valid_bleu": "3.1", "valid_num_updates": "80"}'
+    assert progress_line("x", train) == "    [x] epoch 2 update 50 loss 5.1 (12 s)"
+    assert progress_line("x", valid) == "    [x] valid at update 80: loss 4.9 bleu 3.1"
+    assert progress_line("x", "2026-11-24 | INFO | fairseq.trainer | begin training") is None
+
+
+def test_layer_sparsity_and_heads_kept_read_the_tools_json(tmp_path):
+    wd = WorkDir(str(tmp_path))
+    ev = Evaluation(options("--heads", "4"), wd, "bin")
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "composed.log").write_text(
+        '1 | INFO | valid | {"valid_l0drop_sparsity": "0.2", "valid_num_updates": "10"}\n'
+        '2 | INFO | valid | {"valid_l0drop_sparsity": "0.5", "valid_l0drop_layer1_sparsity": "0.25", '
+        '"valid_loss": "3"}\n')
+    assert list(ev.layer_sparsity("composed").items()) == [("l0drop_layer1", 0.25), ("l0drop", 0.5)]
+    (tmp_path / "heads_all").mkdir()
+    (tmp_path / "heads_all" / "pruned.kept_heads.json").write_text(json.dumps(
+        {"enc": [[0, 1], [2]], "dec": [[0, 1, 2, 3], []], "encdec": [[1], [0, 3]]}))
+    assert ev.heads_kept("heads_all") == {"kept": {"enc": 3, "dec": 4, "encdec": 3}, "total": (10, 24)}
+
+
+def _results():
+    settings = vars(options("--finetune-updates", "20"))
+    row = {"score": 10.0, "bleu": 10.0, "sentences": 3, "checkpoint": "x", "l0drop_sparsity": None,
+           "decode_seconds": 1.0, "parameters": 1000}
+    return {"models": {"baseline": row, "control": dict(row, score=12.0),
+                       "l0drop": dict(row, score=11.5, l0drop_sparsity=0.48)},
+            "heads": {}, "attention": {}, "curve": [], "speed": [], "noise": [], "settings": settings,
+            "l0drop_exact": {"identical": True, "sentences": 3, "max_score_difference": 0.0},
+            "plots": [["a plot", "curve/curve.png"]], "commands": {"baseline": ["fairseq-train bin --arch transformer"]}}
+
+
+def test_report_is_a_function_of_results_json_alone(tmp_path, monkeypatch):
+    results = json.loads(json.dumps(_results()))  # what results.json holds after a round trip
+    monkeypatch.chdir(tmp_path)  # nothing on disk to read
+    lines = render(results)
+    assert lines == render(_results())
+    table = [l for l in lines if l.startswith("| ")]
+    assert table[1].startswith("| baseline | stock transformer, 2610 updates | 10.00 |  |")
+    assert table[3].startswith("| l0drop | L0Drop, target 0.5, pruned decoding | 11.50 | -0.50 (vs control) | 48.0%")
+    assert any("identical hypotheses on all 3" in l for l in lines)
+    assert "- [a plot](curve/curve.png)" in lines and "fairseq-train bin --arch transformer" in lines
+
+
+def _definitions(tree):
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            yield node
+
+
+@pytest.mark.parametrize("name", sorted(f for f in os.listdir(PACKAGE) if f.endswith(".py")))
+def test_recipe_functions_and_classes_stay_small(name):
+    """No function over ~60 lines, no class over ~200 (issue: the former 896-line class)."""
+    with open(os.path.join(PACKAGE, name)) as f:
+        tree = ast.parse(f.read())
+    for node in _definitions(tree):
+        size = node.end_lineno - node.lineno + 1
+        limit = 200 if isinstance(node, ast.ClassDef) else 60
+        assert size <= limit, f"{name}: {node.name} has {size} lines (limit {limit})"
