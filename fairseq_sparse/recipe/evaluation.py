@@ -58,7 +58,7 @@ class Evaluation:
             return f"{m.name}/checkpoint_best.pt"
         if m.decoding == "importance":
             return "importance/pruned.pt"
-        if m.decoding == "heads_pruned" or (m.decoding == "layered" and "--head-gates" in m.flags(self.a)):
+        if m.heads_cut_out(self.a):
             return self.prune_heads(m.name)
         return f"{m.name}/checkpoint_last.pt"
 
@@ -66,10 +66,8 @@ class Evaluation:
         """The test-set evaluation of M (and the analyses that belong to it)."""
         if m.decoding == "curve":
             return self.curve_points()
-        if m.decoding == "layered":
-            self.full_memory(m)
         row = self.generate(m.name, self.checkpoint(m))
-        if m.name == "l0drop":
+        if m.full_memory:
             self.full_memory(m)
         if m.attention_analysed:
             self.attention_analysis(m.name)
@@ -88,8 +86,7 @@ class Evaluation:
 
     def heads_kept(self, name):
         """Heads kept per attention type and in all, from the kept-heads JSON fairseq-sparse-prune-heads wrote."""
-        pruned = "importance/pruned.pt" if name == "importance" else f"{name}/pruned.pt"
-        with open(self.wd.path(os.path.splitext(pruned)[0] + ".kept_heads.json")) as f:
+        with open(self.wd.path(name, "pruned.kept_heads.json")) as f:
             spec = json.load(f)
         kept = {t: sum(len(layer) for layer in layers) for t, layers in spec.items()}
         return {"kept": kept, "total": (sum(kept.values()), sum(self.a.heads * len(layers) for layers in spec.values()))}

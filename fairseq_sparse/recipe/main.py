@@ -48,19 +48,18 @@ class Recipe:
         if "baseline" not in rows:
             fail("report: the baseline is not trained yet (run --steps baseline first)")
         speed_rows, noise = speed_results(self.wd)
+        reported = [m for m in finished if m.name in rows]
         results = {"models": {n: {k: v for k, v in r.items() if k != "hypotheses"} for n, r in rows.items()},
-                   "heads": {n: self.ev.heads_kept(n) for n in ("heads_enc", "heads_all", "importance", "composed")
-                             if n in rows},
-                   "attention": {m.name: self.ev.attention_analysis(m.name)
-                                 for m in METHODS if m.attention_analysed and m.name in rows},
+                   "heads": {m.name: self.ev.heads_kept(m.name) for m in reported if m.heads_cut_out(self.a)},
+                   "attention": {m.name: self.ev.attention_analysis(m.name) for m in reported if m.attention_analysed},
                    "curve": self.ev.curve_points() if any(m.decoding == "curve" for m in finished) else [],
                    "speed": [{"what": w, "ratio": r, "note": n} for w, r, n in speed_rows], "noise": noise,
                    "settings": vars(self.a)}
-        for name in ("l0drop", "l0drop_layers", "composed"):
-            if name in rows:
-                results[f"{name}_exact"] = same_hypotheses(rows[name], self.ev.full_memory(BY_NAME[name]))
-            if name in rows and name != "l0drop":
-                results[f"{name}_layer_sparsity"] = self.ev.layer_sparsity(name)
+        for m in reported:
+            if m.full_memory:
+                results[f"{m.name}_exact"] = same_hypotheses(rows[m.name], self.ev.full_memory(m))
+            if m.decoding == "layered":
+                results[f"{m.name}_layer_sparsity"] = self.ev.layer_sparsity(m.name)
         results["plots"] = plots_in(self.wd.work)
         results["commands"] = {s: self.wd.commands(s) for s in STEPS if self.wd.commands(s)}
         return results

@@ -10,7 +10,7 @@ from typing import Callable, List, Optional, Tuple
 #:   best: checkpoint_best.pt (trained from scratch, best by validation)
 #:   last: checkpoint_last.pt
 #:   heads_pruned: closed heads cut out of checkpoint_last.pt (fairseq-sparse-prune-heads)
-#:   layered: checkpoint_last.pt (heads cut out when it has head gates), also decoded with the full memory
+#:   layered: checkpoint_last.pt (heads cut out when it has head gates), L0Drop between encoder layers
 #:   importance: the importance step's pruned checkpoint (no training)
 #:   curve: every checkpoint of a target schedule (fairseq-sparse-sparsity-curve)
 DECODINGS = ("best", "last", "heads_pruned", "layered", "importance", "curve")
@@ -40,9 +40,15 @@ class Method:
     attention_analysed: bool = False
     source_tags: bool = False
     checkpoint_every: bool = False  # a checkpoint every --curve-updates (the curve's control points)
+    full_memory: bool = False  # also decoded with pruned decoding off: the hypotheses must be identical
 
     def __post_init__(self):
         assert self.decoding in DECODINGS, self.decoding
+
+    def heads_cut_out(self, a) -> bool:
+        """Whether the decoded checkpoint has heads cut out (fairseq-sparse-prune-heads)."""
+        return self.decoding in ("heads_pruned", "importance") or (
+            self.decoding == "layered" and "--head-gates" in self.flags(a))
 
 
 def target_flags(option: str, target: float, a) -> List[str]:
@@ -81,13 +87,13 @@ METHODS: Tuple[Method, ...] = (
            attention_analysed=True, checkpoint_every=True),
     Method("l0drop", "L0Drop (Zhang, Titov & Sennrich 2021) asked for a share of pruned source states",
            lambda a: f"L0Drop, target {a.l0drop_target}, pruned decoding",
-           arch="transformer_l0drop", control="control", attention_analysed=True,
+           arch="transformer_l0drop", control="control", attention_analysed=True, full_memory=True,
            flags=lambda a: target_flags("--l0drop-target-sparsity", a.l0drop_target, a)),
     Method("l0drop_layers", "L0Drop between every pair of encoder layers and on the output "
                             "(Zhang, Titov & Sennrich 2021 Sec. 6); fairseq-generate compacts the encoder",
            lambda a: f"L0Drop between encoder layers and on the output, target {a.l0drop_target}, "
                      "compacted encoder, pruned decoding",
-           arch="transformer_l0drop", control="control", decoding="layered", opt_in=True,
+           arch="transformer_l0drop", control="control", decoding="layered", opt_in=True, full_memory=True,
            flags=lambda a: ["--l0drop-between-layers"] + target_flags("--l0drop-target-sparsity", a.l0drop_target, a)),
     Method("simplified", "Yang et al. (2020) Sec. 3.3: decoder layers without FFN, trained exactly as the baseline",
            lambda a: "simplified decoder (no decoder FFN), trained as the baseline",
@@ -101,7 +107,7 @@ METHODS: Tuple[Method, ...] = (
            lambda a: f"simplified decoder + L0Drop between layers (target {a.l0drop_target}) + head gates on "
                      f"{a.composed_head_gates} (target {a.heads_target}), closed heads cut out",
            arch="transformer_l0drop", start="simplified", control="control", decoding="layered", opt_in=True,
-           flags=lambda a: ["--simplified-decoder", "--l0drop-between-layers", "--head-gates", a.composed_head_gates]
+           full_memory=True, flags=lambda a: ["--simplified-decoder", "--l0drop-between-layers", "--head-gates", a.composed_head_gates]
            + target_flags("--l0drop-target-sparsity", a.l0drop_target, a)
            + target_flags("--head-gates-target-sparsity", a.heads_target, a)),
     Method("pattern_pos", "rule-based pattern: function words, punctuation, MD, EX and non-initial subword pieces "

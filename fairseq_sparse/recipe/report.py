@@ -77,20 +77,21 @@ def model_table(a, models, heads):
 
 
 def exactness_lines(results):
+    """Pruned decoding against the full memory, per model that was decoded both ways."""
     lines = []
-    exact = results.get("l0drop_exact")
-    if exact:
-        lines.append(f"- L0Drop pruned decoding against the full memory: "
-                     f"{'identical' if exact['identical'] else 'DIFFERENT'} hypotheses on all {exact['sentences']} "
-                     f"test sentences (largest score difference {exact['max_score_difference']:.1e}).")
-    for name in ("l0drop_layers", "composed"):
-        if f"{name}_exact" in results:
-            e, rates = results[f"{name}_exact"], results[f"{name}_layer_sparsity"]
+    for name in results["models"]:
+        e = results.get(f"{name}_exact")
+        if e is None:
+            continue
+        same = (f"{'identical' if e['identical'] else 'DIFFERENT'} hypotheses on all {e['sentences']} test sentences "
+                f"(largest score difference {e['max_score_difference']:.1e})")
+        rates = results.get(f"{name}_layer_sparsity")
+        if rates is None:
+            lines.append(f"- {BY_NAME[name].summary.split(' (')[0]}: pruned decoding against the full memory: {same}.")
+        else:
             lines.append(f"- {name}: share of source states pruned after each gated encoder layer and at the output "
                          f"(last validation): {', '.join(f'{k} {v:.1%}' for k, v in rates.items())}; the compacted "
-                         f"encoder with the pruned memory against the full memory: "
-                         f"{'identical' if e['identical'] else 'DIFFERENT'} hypotheses on all {e['sentences']} test "
-                         f"sentences (largest score difference {e['max_score_difference']:.1e}).")
+                         f"encoder with the pruned memory against the full memory: {same}.")
     return lines
 
 
