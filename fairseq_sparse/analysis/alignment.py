@@ -31,6 +31,8 @@ from typing import Iterable, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
+from ..modules.token_tags import word_ids
+
 Link = Tuple[int, int]
 LinkSet = Set[Link]
 
@@ -201,18 +203,6 @@ def saer(soft: Sequence[np.ndarray], gold: Sequence[Tuple[LinkSet, LinkSet]]) ->
 
 # ----------------------------------------------------------------------------------------------
 # attention -> word-level matrix -> links
-
-
-def word_ids(pieces: Sequence[str], separator: Optional[str] = "@@") -> List[int]:
-    """Word index of each subword piece: pieces ending with ``separator`` are joined to the next piece
-    (subword-nmt BPE: ``new@@ york`` -> one word). ``separator`` None/'' : every piece is a word."""
-    ids, w, cont = [], -1, False
-    for p in pieces:
-        if not cont:
-            w += 1
-        ids.append(w)
-        cont = bool(separator) and p.endswith(separator)
-    return ids
 
 
 def n_words(pieces: Sequence[str], special: Sequence[bool], separator: Optional[str] = "@@") -> int:

@@ -20,29 +20,15 @@ import html
 import unicodedata
 from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
 
-from .alignment import word_ids
+# the tag tables and tags files are the core's (the POS pattern reads them); tt.read_tags etc. as before
+from ..modules.token_tags import (  # noqa: F401
+    CONTENT, FUNCTION, OTHER, PUNCT, read_tags, tag_id, tag_type, word_tags, words_of,
+)
 
-PUNCT, FUNCTION, CONTENT, OTHER, BPEH, BPEO = "punct", "function", "content", "other", "bpeh", "bpeo"
+BPEH, BPEO = "bpeh", "bpeo"
 TOKEN_TYPES = (PUNCT, FUNCTION, CONTENT, OTHER, BPEH, BPEO)
 TYPE_NAMES = {PUNCT: "punctuation", FUNCTION: "function words", CONTENT: "content words", OTHER: "other words",
               BPEH: "first pieces of split words (BPEH)", BPEO: "other pieces of split words (BPEO)"}
-
-#: Zhang, Titov & Sennrich 2021, footnote 9 (Penn Treebank tags; JJ, NN, RB, VB with their variants)
-FUNCTION_TAGS = frozenset("CC IN RP TO UH DT WP".split())
-CONTENT_TAG_PREFIXES = ("MD", "JJ", "NN", "RB", "VB")
-#: Penn Treebank punctuation tags (and spaCy's HYPH, NFP)
-PUNCT_TAGS = frozenset([".", ",", ":", "``", "''", "-LRB-", "-RRB-", "(", ")", "#", "$", "HYPH", "NFP"])
-#: the Penn Treebank tags (and spaCy's additions) that tag ids number: a tag's id is its index + 2 (0: no tag,
-#: for EOS and padding; 1: a tag not in this list)
-PENN_TAGS = tuple("CC CD DT EX FW IN JJ JJR JJS LS MD NN NNS NNP NNPS PDT POS PRP PRP$ RB RBR RBS RP SYM TO UH VB "
-                  "VBD VBG VBN VBP VBZ WDT WP WP$ WRB . , : `` '' -LRB- -RRB- ( ) # $ HYPH NFP ADD AFX XX _SP".split())
-NO_TAG, UNKNOWN_TAG = 0, 1
-_TAG_IDS = {t: k + 2 for k, t in enumerate(PENN_TAGS)}
-
-
-def tag_id(tag: str) -> int:
-    """The id of a tag (:data:`PENN_TAGS`; :data:`UNKNOWN_TAG` for any other)."""
-    return _TAG_IDS.get(tag, UNKNOWN_TAG)
 
 #: English closed-class words, lower-cased: determiners, pronouns, prepositions, conjunctions,
 #: auxiliaries and modals, particles and the clitics of Moses-tokenised text ('s, n't)
@@ -94,17 +80,6 @@ def word_type(word: str, function_words: Iterable[str] = ENGLISH_FUNCTION_WORDS)
     return CONTENT
 
 
-def tag_type(tag: str) -> str:
-    """The type of a word with this Penn Treebank tag (Zhang, Titov & Sennrich 2021, footnote 9)."""
-    if tag in FUNCTION_TAGS:
-        return FUNCTION
-    if tag.startswith(CONTENT_TAG_PREFIXES):
-        return CONTENT
-    if tag in PUNCT_TAGS:
-        return PUNCT
-    return OTHER
-
-
 def continuation_marker(remove_bpe: Optional[str]) -> Optional[str]:
     """The subword continuation marker of a ``--remove-bpe`` value ('@@ ' or 'subword_nmt': '@@'); None
     (every piece a word of its own) for no BPE and for other schemes."""
@@ -113,31 +88,6 @@ def continuation_marker(remove_bpe: Optional[str]) -> Optional[str]:
     if remove_bpe and remove_bpe.endswith(" ") and remove_bpe.strip():
         return remove_bpe.strip()
     return None
-
-
-def words_of(pieces: Sequence[str], separator: Optional[str]) -> Tuple[List[int], List[str]]:
-    """(word index of each piece, text of each word): pieces ending with ``separator`` joined to the next, as
-    :func:`fairseq_sparse.analysis.alignment.word_ids`; sentencepiece's word-start mark dropped."""
-    ids = word_ids(pieces, separator)
-    words: List[str] = [""] * (ids[-1] + 1 if ids else 0)
-    for w, p in zip(ids, pieces):
-        piece = p[: -len(separator)] if separator and p.endswith(separator) else p
-        words[w] += piece.replace("\u2581", "")
-    return ids, words
-
-
-def word_tags(pieces: Sequence[str], tags: Sequence[str], separator: Optional[str]) -> Tuple[List[int], List[str]]:
-    """(word index of each piece, one tag per word) from ``tags`` given one per word or one per piece (a word's
-    first piece's tag counts); ValueError if their number fits neither."""
-    ids, words = words_of(pieces, separator)
-    if len(tags) == len(pieces) and len(tags) != len(words):
-        first: Dict[int, str] = {}
-        for w, t in zip(ids, tags):
-            first.setdefault(w, t)
-        tags = [first[w] for w in range(len(words))]
-    if len(tags) != len(words):
-        raise ValueError(f"{len(tags)} tags for {len(words)} words ({len(pieces)} pieces)")
-    return ids, list(tags)
 
 
 def piece_types(pieces: Sequence[str], separator: Optional[str],
@@ -158,36 +108,6 @@ def piece_types(pieces: Sequence[str], separator: Optional[str],
         out = [t if size[w] == 1 else (BPEH if k == 0 or ids[k - 1] != w else BPEO)
                for k, (w, t) in enumerate(zip(ids, out))]
     return out
-
-
-def piece_tag_ids(pieces: Sequence[str], tags: Sequence[str], separator: Optional[str]) -> List[int]:
-    """The :func:`tag_id` of each piece: its word's tag (``tags`` one per word or one per piece)."""
-    ids, per_word = word_tags(pieces, tags, separator)
-    return [tag_id(per_word[w]) for w in ids]
-
-
-def read_tags(path: str, sentences: Sequence[Sequence[str]], separator: Optional[str]) -> List[List[str]]:
-    """The part-of-speech tags of ``path``: one line per sentence of ``sentences`` (the split's source pieces,
-    specials excluded), whitespace-separated tags, one per word (pieces joined at ``separator``) or one per
-    piece. ValueError naming the file and the first line that does not match."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().split("\n")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ValueError(f"cannot read tags from {path}: {e}") from None
-    if lines and lines[-1] == "":
-        lines.pop()
-    if len(lines) != len(sentences):
-        raise ValueError(f"{path} has {len(lines)} lines, the split {len(sentences)} sentences")
-    tags = []
-    for n, (line, pieces) in enumerate(zip(lines, sentences), start=1):
-        row = line.split()
-        n_words = len(words_of(pieces, separator)[1])
-        if len(row) not in (n_words, len(pieces)):
-            raise ValueError(f"{path} line {n}: {len(row)} tags for a sentence of {n_words} words "
-                             f"({len(pieces)} pieces)")
-        tags.append(row)
-    return tags
 
 
 def char_positions(chars: Sequence[str], boundary: str) -> List[Optional[float]]:

@@ -7,7 +7,7 @@ or 1 (kept); padding is 0 and EOS is always kept.
 * ``pos``: drop the states of function words, punctuation, MD and EX and of every subword piece but a word's
   first (BPEO) (the paper's "easy-to-prune types", 46.4% of the WMT14 En-De source side). The tags travel
   with the data: the task ``translation_source_tags`` gives the encoder one tag id per source piece
-  (``src_tags``; :func:`fairseq_sparse.analysis.token_types.tag_id`), pieces continue a word when the
+  (``src_tags``; :func:`.token_tags.tag_id`), pieces continue a word when the
   previous one ends with the BPE marker;
 * ``freq``: drop the ``top_k`` most frequent source tokens (the paper: the top 100 words, 46.3% of the
   WMT14 En-De source tokens);
@@ -25,8 +25,8 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
-from ..analysis.token_types import FUNCTION, PENN_TAGS, PUNCT, tag_id, tag_type
 from .sparsity import SparsityModule, SparsityTerm
+from .token_tags import FUNCTION, PENN_TAGS, PUNCT, tag_id, tag_type
 
 PATTERNS = ("none", "pos", "freq", "inv-freq", "group")
 #: subword-nmt's continuation marker: a piece ending with it continues into the next (the POS pattern's BPEO)

@@ -22,8 +22,8 @@ from fairseq.data import BaseWrapperDataset
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
-from ..analysis.token_types import NO_TAG, piece_tag_ids, read_tags
 from ..modules.encoder_patterns import BPE_MARKER
+from ..modules.token_tags import NO_TAG, piece_tag_ids, read_tags
 
 
 @dataclass
