@@ -248,6 +248,61 @@ def collate(dataset, ids: Sequence[int], cuda: bool = False):
     return utils.move_to_cuda(sample) if cuda else sample
 
 
+class Session:
+    """The task, the loaded splits and the device of one run of a tool that loads encoder-decoder
+    transformer checkpoints and measures BLEU (fairseq-sparse-head-importance, -sparsity-curve)."""
+
+    def __init__(self, args):
+        import_plugins(args.user_dir)
+        self.args = args
+        self.use_cuda = use_cuda(args.cpu)
+        self.task = self.cfg = None
+        self.datasets = {}
+
+    def load(self, path):
+        from ..modules.head_gates import head_layout
+
+        a = self.args
+        model, cfg, task = load_checkpoint(path, a.data, a.source_lang, a.target_lang, task=self.task)
+        if self.task is None:
+            self.cfg, self.task = cfg, task
+        if self.use_cuda:
+            model.cuda()
+        model.eval()
+        try:
+            layout = head_layout(model)
+        except ValueError as e:
+            raise ToolError(f"{path}: {e}") from None
+        if not any(k[0] == "encdec" for k in layout):
+            raise ToolError(f"{path}: {type(model).__name__} is not an encoder-decoder transformer")
+        return model
+
+    def subset(self, name):
+        if name not in self.datasets:
+            self.datasets[name] = load_split(self.task, self.cfg, name, need_target=True)
+        return self.datasets[name]
+
+    def sentence_ids(self, model, name, max_sentences):
+        ds = self.subset(name)
+        n = len(ds) if max_sentences is None else min(max_sentences, len(ds))
+        ids, _ = fitting_ids(self.task, model, ds, range(n))
+        if not ids:
+            raise ToolError(f"subset '{name}' has no usable sentences")
+        return ids
+
+    def progress(self, prefix):
+        return lambda items: progress(items, self.args, prefix, no_bar_format="simple")
+
+    def evaluator(self, model):
+        from ..analysis.head_importance import BleuEvaluator
+
+        a = self.args
+        ids = self.sentence_ids(model, a.gen_subset, a.max_sentences)
+        gen_args = argparse.Namespace(beam=a.beam, lenpen=a.lenpen, max_len_a=a.max_len_a, max_len_b=a.max_len_b)
+        return BleuEvaluator(model, self.task, a.gen_subset, ids, gen_args, batch_size=a.batch_size,
+                             bpe_symbol=a.remove_bpe, tokenize=a.sacrebleu_tokenize)
+
+
 def parse_layers(spec: str, n_layers: int, option: str = "--layers") -> List[int]:
     """``all``, ``last`` or comma-separated 0-based layer indices (negative ones count from the top)."""
     spec = spec.strip().lower()

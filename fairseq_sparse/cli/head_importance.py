@@ -274,54 +274,8 @@ def _orders(args):
 # loading
 
 
-class Session:
-    """The task, the loaded splits and the device of one run."""
-
-    def __init__(self, args):
-        common.import_plugins(args.user_dir)
-        self.args = args
-        self.use_cuda = common.use_cuda(args.cpu)
-        self.task = self.cfg = None
-        self.datasets = {}
-
-    def load(self, path):
-        a = self.args
-        model, cfg, task = common.load_checkpoint(path, a.data, a.source_lang, a.target_lang, task=self.task)
-        if self.task is None:
-            self.cfg, self.task = cfg, task
-        if self.use_cuda:
-            model.cuda()
-        model.eval()
-        try:
-            layout = head_layout(model)
-        except ValueError as e:
-            raise ToolError(f"{path}: {e}") from None
-        if not any(k[0] == "encdec" for k in layout):
-            raise ToolError(f"{path}: {type(model).__name__} is not an encoder-decoder transformer")
-        return model
-
-    def subset(self, name):
-        if name not in self.datasets:
-            self.datasets[name] = common.load_split(self.task, self.cfg, name, need_target=True)
-        return self.datasets[name]
-
-    def sentence_ids(self, model, name, max_sentences):
-        ds = self.subset(name)
-        n = len(ds) if max_sentences is None else min(max_sentences, len(ds))
-        ids, _ = common.fitting_ids(self.task, model, ds, range(n))
-        if not ids:
-            raise ToolError(f"subset '{name}' has no usable sentences")
-        return ids
-
-    def progress(self, prefix):
-        return lambda items: common.progress(items, self.args, prefix, no_bar_format="simple")
-
-    def evaluator(self, model):
-        a = self.args
-        ids = self.sentence_ids(model, a.gen_subset, a.max_sentences)
-        gen_args = argparse.Namespace(beam=a.beam, lenpen=a.lenpen, max_len_a=a.max_len_a, max_len_b=a.max_len_b)
-        return hi.BleuEvaluator(model, self.task, a.gen_subset, ids, gen_args, batch_size=a.batch_size,
-                                bpe_symbol=a.remove_bpe, tokenize=a.sacrebleu_tokenize)
+class Session(common.Session):
+    """:class:`common.Session` with the importance estimate of this tool."""
 
     def importance(self, model, tag=""):
         a = self.args

@@ -34,7 +34,6 @@ from fairseq_sparse.analysis import sparsity_curve as sc
 from fairseq_sparse.analysis import token_types as tt
 from fairseq_sparse.cli import common
 from fairseq_sparse.cli.common import ToolError
-from fairseq_sparse.cli.head_importance import Session  # the same loading and BLEU as that tool
 
 logger = logging.getLogger("fairseq_sparse.sparsity_curve")
 PROG = "fairseq-sparse-sparsity-curve"
@@ -297,7 +296,7 @@ def main(argv=None):
     try:
         check_options(args)
         paths, function_words = check_inputs_and_outputs(args)
-        sess = Session(args)  # imports the plugins: the checkpoints' classes
+        sess = common.Session(args)  # imports the plugins: the checkpoints' classes
         infos, base = describe(args, paths)
         rows = [measure(args, sess, base, function_words, baseline=True)] if base is not None else []
         rows += [measure(args, sess, info, function_words) for info in infos]
