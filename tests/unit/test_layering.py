@@ -1,0 +1,125 @@
+"""Layers point one way (docs' architecture): read with ``ast``, nothing imported.
+
+* the core (modules, models, criterions, optim, tasks and the top-level modules) imports no analysis, cli or
+  recipe module: loading the plugin loads neither the analysis library nor a tool;
+* analysis imports, of the plugin, only analysis itself, modules/ (the maths) and the top-level modules
+  (checkpoint reading): no criterion, model, optimiser or task internals, no tool;
+* a tool imports no other tool: cli/common.py is the tools' shared helper (and imports no tool), the recipe
+  imports no cli module but cli/common.py, and no cli module imports the recipe.
+"""
+import ast
+import os
+
+import pytest
+
+from conftest import REPO
+
+PACKAGE = "fairseq_sparse"
+CORE = ("modules", "models", "criterions", "optim", "tasks")
+
+
+def module_name(path):
+    rel = os.path.relpath(path, REPO)[:-3].split(os.sep)
+    return ".".join(rel[:-1] if rel[-1] == "__init__" else rel)
+
+
+def imported(source, name, is_package):
+    """Every module ``source`` (the text of module ``name``) may import: ``import a.b``, ``from a import b``
+    (a.b, a module or not), relative imports resolved; in functions too, and import_module("a.b")."""
+    package = name if is_package else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parts = parts[:len(parts) - node.level + 1]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            yield base
+            yield from (f"{base}.{a.name}" for a in node.names)
+        elif (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None))
+              in ("import_module", "__import__") and node.args and isinstance(node.args[0], ast.Constant)):
+            yield node.args[0].value
+
+
+TOOLS_AND_LIBRARY = ("analysis", "cli", "recipe")
+
+
+def part(name, i):
+    """The i-th component of a dotted name in the package ('' if absent)."""
+    parts = name.split(".")
+    return parts[i] if len(parts) > i and parts[0] == PACKAGE else ""
+
+
+def layer(name):
+    """analysis / cli / recipe, core for the rest of the package, None outside it."""
+    if name.split(".")[0] != PACKAGE:
+        return None
+    return part(name, 1) if part(name, 1) in TOOLS_AND_LIBRARY else "core"
+
+
+def violations(name, targets):
+    """The rules of the module docstring, for module ``name`` importing ``targets``."""
+    own, out = layer(name), []
+    for t in sorted(set(targets)):
+        sub, tool = part(t, 1), part(t, 2)
+        if layer(t) is None or t == name:
+            continue
+        if own == "core" and sub in TOOLS_AND_LIBRARY:
+            out.append(f"{name} (core) imports {t}")
+        elif own == "analysis" and sub in CORE + ("cli", "recipe") and sub != "modules":
+            out.append(f"{name} (analysis) imports {t}: only analysis, modules/ and the top-level modules")
+        elif own == "cli" and sub == "recipe":
+            out.append(f"{name} (a tool) imports the recipe: {t}")
+        elif own in ("cli", "recipe") and sub == "cli" and tool not in ("", "common", part(name, 2)):
+            out.append(f"{name} imports another tool: {t}")
+        elif own == "cli" and part(name, 2) == "common" and sub == "cli" and tool not in ("", "common"):
+            out.append(f"{name} (the tools' shared helper) imports a tool: {t}")
+    return out
+
+
+def package_modules():
+    for root, dirs, files in os.walk(os.path.join(REPO, PACKAGE)):
+        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "__")))
+        for f in sorted(files):
+            if f.endswith(".py"):
+                path = os.path.join(root, f)
+                yield module_name(path), path, f == "__init__.py"
+
+
+def test_layers_point_one_way():
+    found = []
+    for name, path, is_package in package_modules():
+        with open(path, encoding="utf-8") as f:
+            found += violations(name, imported(f.read(), name, is_package))
+    assert not found, "imports against the layering:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("name, source, bad", [
+    ("fairseq_sparse.modules.x", "from ..analysis.token_types import TAGS", True),
+    ("fairseq_sparse.modules.x", "from ..analysis import token_types", True),
+    ("fairseq_sparse.tasks.x", "import fairseq_sparse.cli.common", True),
+    ("fairseq_sparse.x", "from .recipe import main", True),
+    ("fairseq_sparse.x", "from . import analysis", True),
+    ("fairseq_sparse.models.x", "def f():\n    from fairseq_sparse.recipe import methods", True),
+    ("fairseq_sparse.models.x", "import importlib\nimportlib.import_module('fairseq_sparse.analysis.lrp')", True),
+    ("fairseq_sparse.models.x", "from ..modules.token_tags import read_tags", False),
+    ("fairseq_sparse.analysis.x", "from ..criterions.label_smoothed_cross_entropy_with_sparsity import f", True),
+    ("fairseq_sparse.analysis.x", "from ..models.transformer_l0drop import f", True),
+    ("fairseq_sparse.analysis.x", "from fairseq_sparse.cli import common", True),
+    ("fairseq_sparse.analysis.x", "from ..modules.sparsity_control import parse_targets", False),
+    ("fairseq_sparse.analysis.x", "from ..checkpoint_safety import read_state", False),
+    ("fairseq_sparse.analysis.x", "from .. import checkpoint_safety", False),
+    ("fairseq_sparse.cli.a", "from fairseq_sparse.cli.b import Session", True),
+    ("fairseq_sparse.cli.a", "from . import b", True),
+    ("fairseq_sparse.cli.a", "from fairseq_sparse.cli import common, b", True),
+    ("fairseq_sparse.cli.a", "from fairseq_sparse.cli import common\nfrom .common import ToolError", False),
+    ("fairseq_sparse.cli.a", "from ..recipe import main", True),
+    ("fairseq_sparse.cli.common", "from .a import f", True),
+    ("fairseq_sparse.recipe.main", "from ..cli.a import f", True),
+    ("fairseq_sparse.recipe.main", "from ..cli.common import ToolError", False),
+    ("fairseq_sparse.recipe.main", "from . import corpus\nfrom ..analysis import scores", False),
+])
+def test_the_rules_catch_upward_and_sideways_imports(name, source, bad):
+    assert bool(violations(name, imported(source, name, False))) == bad
