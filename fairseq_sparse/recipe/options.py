@@ -133,6 +133,10 @@ def _check_ranges(a):
             return f"--{name.replace('_', '-')} must lie in [0, 1)"
     if a.embed_dim % a.heads:
         return f"--embed-dim {a.embed_dim} is not a multiple of --heads {a.heads}"
+    between = [s for s in ("l0drop_layers", "composed") if s in a.steps.split(",")]
+    if between and a.layers < 2:
+        return (f"step {between[0]} gates the states between encoder layers: --layers {a.layers} has no such place "
+                "(use --layers 2 or more, or leave the step out)")
     return None
 
 

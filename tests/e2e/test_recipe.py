@@ -12,7 +12,7 @@ from conftest import REPO, console, run
 
 RECIPE = [console("fairseq-sparse-recipe")]
 SHIM = [sys.executable, os.path.join(REPO, "examples", "recipe.py")]  # the former entry point, kept working
-TINY = ["--layers", "1", "--embed-dim", "32", "--ffn-dim", "64", "--heads", "2", "--bpe-merges", "100",
+TINY = ["--layers", "2", "--embed-dim", "32", "--ffn-dim", "64", "--heads", "2", "--bpe-merges", "100",
         "--baseline-updates", "40", "--warmup-updates", "10", "--finetune-updates", "20", "--curve-updates", "10",
         "--curve-targets", "0.3,0.6", "--beam", "2", "--max-tokens", "2000"]
 
@@ -64,9 +64,9 @@ def test_recipe_end_to_end_and_resume(raw_corpus, tmp_path):
     assert 0.0 <= models["l0drop"]["l0drop_sparsity"] <= 1.0
     # the group rule at the L0Drop target (0.5) keeps every 2nd position (and EOS)
     assert 0.3 < models["pattern_group"]["l0drop_sparsity"] < 0.5
-    assert results["heads"]["heads_all"]["total"][1] == 6  # 1 layer x 2 heads x 3 attention types
-    # importance: half of the 2 encoder heads cut out of the baseline, so fewer parameters
-    assert results["heads"]["importance"]["total"] == [5, 6]
+    assert results["heads"]["heads_all"]["total"][1] == 12  # 2 layers x 2 heads x 3 attention types
+    # importance: half of the 4 encoder heads cut out of the baseline, so fewer parameters
+    assert results["heads"]["importance"]["total"] == [10, 12]
     assert models["importance"]["parameters"] < models["baseline"]["parameters"]
     assert models["simplified"]["parameters"] < models["baseline"]["parameters"]  # no decoder FFN
     # pruned decoding is exact: the same hypotheses as the full memory
@@ -75,7 +75,7 @@ def test_recipe_end_to_end_and_resume(raw_corpus, tmp_path):
     # with the full memory (its exactness is tested on a model fine-tuned from a converged one in
     # test_head_gates_cli: this one has 20 updates, and its near-tied beams could flip by float noise alone)
     assert results["composed_exact"]["sentences"] == 25 and results["composed_exact"]["max_score_difference"] >= 0
-    assert sorted(results["composed_layer_sparsity"]) == ["l0drop"]  # 1 encoder layer: no gate between layers
+    assert sorted(results["composed_layer_sparsity"]) == ["l0drop", "l0drop_layer1"]  # one gate between 2 layers
     assert "| composed |" in report and "composed: share of source states pruned" in report
     types = results["attention"]["l0drop"]["token_types"]
     assert sum(v["tokens"] for v in types.values()) == sum(
@@ -191,6 +191,7 @@ def test_results_follow_the_checkpoint_that_produced_them(raw_corpus, tmp_path):
     (["--l0drop-target", "1.0"], "--l0drop-target must lie in [0, 1)"),
     (["--attention-reg-lambda", "nan"], "--attention-reg-lambda must be a positive number"),
     (["--steps", "baseline,nonsense"], "unknown step 'nonsense'"),
+    (["--layers", "1", "--steps", "composed"], "step composed gates the states between encoder layers"),
     (["--gold-alignments", "/nonexistent/test.align"], "no such file"),
 ])
 def test_recipe_refuses_bad_options_before_work(raw_corpus, tmp_path, extra, message):
