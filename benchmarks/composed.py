@@ -149,7 +149,7 @@ def check_args(p, args):
 
 def checkpoint_paths(p, args):
     """{name: checkpoint} of --path, each checked (a complete checkpoint whose positions hold every length)."""
-    from fairseq_sparse.analysis.sparsity_curve import model_options, read_state
+    from fairseq_sparse.checkpoint_safety import model_options, read_state
     from fairseq_sparse.cli.common import ToolError, check_checkpoint_file, check_data_dir
 
     args._options = {}  # name -> the checkpoint's model options (read once)

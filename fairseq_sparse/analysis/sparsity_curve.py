@@ -17,8 +17,7 @@ import os
 import re
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
-import torch
-
+from ..checkpoint_safety import criterion_options, model_options, read_state, state_updates
 from ..modules.head_gates import ATTENTION_TYPES, attention_modules
 from ..modules.sparsity_control import DEFAULT_TARGET_WARMUP, parse_targets, scheduled_target
 from . import token_types as tt
@@ -55,37 +54,6 @@ def stage_ends(infos: Sequence[dict]) -> List[dict]:
         if not scheduled or (info["updates"] is not None and info["updates"] % info["hold"] == 0):
             out.setdefault((info["updates"] or 0, info["path"] if not scheduled else ""), info)
     return [out[k] for k in sorted(out)]
-
-
-def read_state(path: str) -> dict:
-    """A checkpoint's contents, tensors memory-mapped (cheap; torch's safe loader)."""
-    return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-
-
-def state_updates(state: Mapping) -> Optional[int]:
-    """Updates the checkpoint was trained for (``optimizer_history[-1]["num_updates"]``), None if unknown."""
-    history = state.get("optimizer_history") or [{}]
-    n = history[-1].get("num_updates")
-    return None if n is None else int(n)
-
-
-def _options(state: Mapping, part: str) -> dict:
-    cfg = state.get("cfg")
-    if cfg is not None:
-        value = cfg.get(part) or {}
-        return dict(vars(value)) if hasattr(value, "__dict__") and not isinstance(value, Mapping) else dict(value)
-    args = state.get("args")
-    return dict(vars(args)) if args is not None else {}
-
-
-def criterion_options(state: Mapping) -> dict:
-    """The checkpoint's criterion options (``cfg["criterion"]``, or the old ``args`` namespace)."""
-    return _options(state, "criterion")
-
-
-def model_options(state: Mapping) -> dict:
-    """The checkpoint's model options (``cfg["model"]``, a namespace for our models, or the old ``args``)."""
-    return _options(state, "model")
 
 
 def checkpoint_gates(model_state: Mapping) -> Dict[str, bool]:
