@@ -16,7 +16,7 @@ their initial values, parameters of sub-layers a layout lacks are dropped (``upg
 """
 import json
 import logging
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Optional
 
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
@@ -51,6 +51,7 @@ from ..modules.decoder_layer import (
 )
 from ..modules.hard_concrete import DEFAULT_GAMMA, DEFAULT_ZETA, HardConcrete, check_gate_options
 from ..modules.head_gates import ATTENTION_TYPES, add_head_gates, apply_kept_heads
+from ..modules.options import fill_dataclass_defaults
 from ..modules.sparsity import SparsityModule
 
 logger = logging.getLogger(__name__)
@@ -105,11 +106,7 @@ class HeadGatesConfig(FairseqDataclass):
 
 def head_gates_defaults(args, default_types=""):
     """Fill in head-gate options missing from args (older checkpoints, other architectures)."""
-    for f in fields(HeadGatesConfig):
-        if getattr(args, f.name, None) is None:
-            setattr(args, f.name, f.default)  # None for head_gates and kept_heads
-    if args.head_gates is None:
-        args.head_gates = default_types
+    fill_dataclass_defaults(args, HeadGatesConfig, head_gates=default_types)
 
 
 def default_head_gate_types(args, types: str) -> str:

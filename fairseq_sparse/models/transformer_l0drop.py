@@ -11,7 +11,7 @@ import logging
 import math
 import sys
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 import torch
@@ -35,6 +35,7 @@ from ..modules.l0drop import (
     decoder_padding_mask,
     expand_attention,
 )
+from ..modules.options import fill_dataclass_defaults
 from .sparse_transformer import SparseTransformerModel, SublayerTransformerDecoder, register_architectures, wrap_layer
 
 logger = logging.getLogger(__name__)
@@ -436,9 +437,7 @@ class L0DropTransformerModel(SparseTransformerModel):
 
     @classmethod
     def fill_defaults(cls, args):
-        for f in fields(L0DropConfig):
-            if not hasattr(args, f.name):
-                setattr(args, f.name, f.default)
+        fill_dataclass_defaults(args, L0DropConfig)
         for flag in ("pruned_decoding", "compact_encoder"):
             if not hasattr(args, flag):
                 setattr(args, flag, True)

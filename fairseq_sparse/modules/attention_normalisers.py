@@ -19,7 +19,7 @@ all-zero weights (never NaN).
 sparsemax and entmax-1.5 come from the ``entmax`` package. T (``--encdec-attention-temperature``,
 default 1) divides the logits for every normaliser but ``softmax``.
 """
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
@@ -30,6 +30,7 @@ from torch import Tensor
 
 from .count_attention import CountAwareAttention
 from .coverage_attention import DEFAULT_COVERAGE_DIM, CoverageAttention
+from .options import fill_dataclass_defaults
 
 NORMALISERS = ["softmax", "temperature", "gumbel", "sparsemax", "entmax15"]
 #: normalisers that treat the c states behind L0Drop's counted dummy exactly as softmax(e + log c) does
@@ -70,9 +71,7 @@ class AttentionNormaliserConfig(FairseqDataclass):
 
 def attention_normaliser_defaults(args):
     """Fill in the options missing from args (older checkpoints, other architectures)."""
-    for f in fields(AttentionNormaliserConfig):
-        if getattr(args, f.name, None) is None:
-            setattr(args, f.name, f.default)
+    fill_dataclass_defaults(args, AttentionNormaliserConfig)
 
 
 def check_attention_normaliser_args(args):

@@ -26,7 +26,7 @@ forward pass): ``tem`` (self-attention block output), ``sem`` (encoder-attention
 residual), ``addnorm1`` (output of the last attention block, the IFM's first Add&Norm), ``ffn`` (FFN
 output, before its residual), ``addnorm2`` (FFN block output) and ``ifm`` (the layer output).
 """
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Dict, Optional, Tuple
 
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
@@ -35,6 +35,7 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 from torch import Tensor
 
 from .attention_normalisers import build_encdec_attention
+from .options import fill_dataclass_defaults
 
 #: sub-layer order (Yang et al.'s (2020) names) -> residual blocks of a layer
 SUBLAYER_ORDERS: Dict[str, Tuple[str, ...]] = {
@@ -67,9 +68,7 @@ class DecoderLayoutConfig(FairseqDataclass):
 
 def decoder_layout_defaults(args, simplified: bool = False):
     """Fill in layout options missing from args (older checkpoints, architecture presets)."""
-    for f in fields(DecoderLayoutConfig):
-        if getattr(args, f.name, None) is None:
-            setattr(args, f.name, simplified if f.name == "simplified_decoder" else f.default)
+    fill_dataclass_defaults(args, DecoderLayoutConfig, simplified_decoder=simplified)
 
 
 def decoder_blocks(order: Optional[str] = None, simplified: bool = False) -> Tuple[str, ...]:
