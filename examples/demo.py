@@ -19,9 +19,10 @@ Two recipe processes run at once (one torch thread each), so the two cores are u
 than one job's threads; each prints fairseq-train's progress lines with its step's name.
 
 Deterministic: the corpus has a fixed seed, every fairseq-train the recipe's --seed (--seed N here, default 1;
-give each seed its own --work-dir), and every child runs on one thread (OMP_NUM_THREADS, MKL_NUM_THREADS) with
-a fixed PYTHONHASHSEED, so a fresh run prints the same scores, sparsities and parameter counts; only the speed
-numbers depend on the machine and its load.
+give each seed its own --work-dir), every child runs on one thread (OMP_NUM_THREADS, MKL_NUM_THREADS) with a
+fixed PYTHONHASHSEED, and every step but the speed benchmarks on torch's, MKL's and oneDNN's AVX2 kernels (on
+an AVX-512 CPU torch would otherwise pick kernels that round differently). A fresh run prints the same scores,
+sparsities and parameter counts; the speed numbers depend on the machine and its load.
 """
 import argparse
 import os
@@ -77,15 +78,20 @@ def make_corpus(raw, corpus_options):
     return os.path.join(raw, "test.align"), words
 
 
-#: the environment of every recipe process and its children: one thread, fixed hashing (same scores each run)
-DETERMINISTIC_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONHASHSEED": "0", "PYTHONUNBUFFERED": "1"}
+#: the environment of every recipe process and its children: one thread, fixed hashing, output unbuffered
+ONE_THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONHASHSEED": "0", "PYTHONUNBUFFERED": "1"}
+#: and for every step that trains or scores (not the speed benchmarks): the same CPU kernels on any x86-64
+#: machine with AVX2. torch picks its kernels by the CPU's vector units (AVX512 and AVX2 kernels round
+#: differently), so without these the scores are reproducible on one machine but not across machines.
+SAME_KERNELS_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 
 
-def run_phase(title, lanes, recipe_cmd):
-    """Run each lane's steps in its own recipe process, all lanes at once; stop on the first failure."""
+def run_phase(title, lanes, recipe_cmd, timed=False):
+    """Run each lane's steps in its own recipe process, all lanes at once; stop on the first failure. TIMED: the
+    speed benchmarks, which run on the machine's own kernels."""
     start = time.time()
     print(f"\n=== {title}: {' | '.join(','.join(lane) for lane in lanes)}", flush=True)
-    env = {**os.environ, **DETERMINISTIC_ENV}
+    env = {**os.environ, **ONE_THREAD_ENV, **({} if timed else SAME_KERNELS_ENV)}
     procs = [subprocess.Popen(recipe_cmd + ["--steps", ",".join(lane)], env=env) for lane in lanes]
     codes = [p.wait() for p in procs]
     if any(codes):
@@ -118,7 +124,7 @@ def main(argv=None):
         + recipe_options + extra
     run_phase("prepare (fairseq-preprocess)", [["prepare"]], recipe_cmd)
     for title, lanes in PHASES[size]:
-        run_phase(title, lanes, recipe_cmd)
+        run_phase(title, lanes, recipe_cmd, timed=lanes == [["speed"]])
     print(f"\ndemo: {time.time() - start:.0f}s in all; report, plots and commands in {work}/REPORT.md")
 
 
