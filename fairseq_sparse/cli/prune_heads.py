@@ -50,7 +50,7 @@ def get_parser():
 
 
 def load(path, data=None):
-    """model, its checkpoint state (cfg, extra state), from any fairseq transformer checkpoint."""
+    """model, its checkpoint state (cfg, extra state) and task, from any fairseq transformer checkpoint."""
     state = checkpoint_utils.load_checkpoint_to_cpu(path, arg_overrides={"data": data} if data else None)
     cfg = state["cfg"]
     try:
@@ -60,7 +60,7 @@ def load(path, data=None):
     model = task.build_model(cfg.model)
     model.load_state_dict(state["model"], strict=True, model_cfg=cfg.model)
     model.eval()
-    return model, state
+    return model, state, task
 
 
 def heads_to_keep(model, masks=None):
@@ -139,8 +139,8 @@ def select_heads(model, args, matrix):
     return keep
 
 
-def export(model, state, keep, output):
-    """Prune ``model`` to ``keep``, put the result into the checkpoint ``state`` and save it to ``output``."""
+def prune(model, state, keep):
+    """Prune ``model`` to ``keep`` and put the result into the checkpoint ``state`` (nothing written yet)."""
     from ..modules.head_gates import prune_heads
 
     spec = prune_heads(model, keep, allow_empty_layers=True)
@@ -153,9 +153,18 @@ def export(model, state, keep, output):
     set_model_arg(model_cfg, "head_gates", "")  # gates are folded into the weights
     state["model"] = model.state_dict()
     state["last_optimizer_state"] = None  # shapes changed: a pruned model starts a fresh optimizer
-    save_state(state, output)
-    common.write_json(kept_heads_path(output), spec)
     return spec
+
+
+def check_buildable(task, state):
+    """Build the pruned model from the checkpoint's new args and load its weights, as fairseq-generate will;
+    ToolError if that fails (e.g. a coverage model without some encoder-decoder heads), before anything is
+    written."""
+    cfg = state["cfg"]["model"]
+    try:
+        task.build_model(cfg).load_state_dict(state["model"], strict=True, model_cfg=cfg)
+    except Exception as e:
+        raise common.ToolError(f"the pruned model cannot be built, so nothing was written: {e}") from None
 
 
 def main(argv=None):
@@ -165,15 +174,18 @@ def main(argv=None):
         common.setup_logging()
         common.import_plugins()  # registers our models before the checkpoint is read
         try:
-            model, state = load(args.path, args.data)
+            model, state, task = load(args.path, args.data)
         except Exception as e:  # complete but not a fairseq checkpoint, or the dictionaries are gone
             raise common.ToolError(f"cannot load {args.path}: {type(e).__name__}: {e}") from None
         keep = select_heads(model, args, matrix)
+        before = sum(p.numel() for p in model.parameters())
+        heads_before = sum(head_layout(model).values())
+        spec = prune(model, state, keep)
+        check_buildable(task, state)
     except common.ToolError as e:
         common.fail(PROG, str(e))
-    before = sum(p.numel() for p in model.parameters())
-    heads_before = sum(head_layout(model).values())
-    spec = export(model, state, keep, args.output)
+    save_state(state, args.output)
+    common.write_json(kept_heads_path(args.output), spec)
     after = sum(p.numel() for p in model.parameters())
     print(f"kept {sum(len(v) for v in keep.values())} of {heads_before} heads; parameters {before} -> {after} "
           f"({100.0 * (before - after) / before:.1f}% fewer); wrote {args.output}")
