@@ -25,7 +25,7 @@ from torch import Tensor
 from ..modules.attention_normalisers import COUNT_EXACT
 from ..modules.count_attention import CountAwareAttention
 from ..modules.decoder_layer import SublayerDecoderLayer
-from ..modules.encoder_patterns import PATTERNS, EncoderOutputPattern
+from ..modules.encoder_patterns import PATTERNS, UNTAGGED_INPUT, EncoderOutputPattern
 from ..modules.hard_concrete import DEFAULT_BETA, DEFAULT_GAMMA, DEFAULT_ZETA, HardConcrete, check_gate_options
 from ..modules.l0drop import (
     DROPPED_AS_CHOICES,
@@ -255,6 +255,11 @@ class L0DropTransformerEncoder(TransformerEncoder):
         self._compacted: Optional[CompactedEncoder] = None  # the rows of a compacting forward pass
         self._generating = False  # inside forward_torchscript, the generators' entry point
 
+    @property
+    def reads_source_tags(self) -> bool:
+        """True for the POS pattern: every batch needs ``net_input["src_tags"]``."""
+        return self.pattern is not None and self.pattern.kind == "pos"
+
     def build_encoder_layer(self, args):
         cfg = TransformerConfig.from_namespace(args)
         return wrap_layer(CountAwareEncoderLayer(cfg, return_fc=self.return_fc), cfg)
@@ -475,6 +480,14 @@ class L0DropTransformerModel(SparseTransformerModel):
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):
         return L0DropTransformerEncoder(args, src_dict, embed_tokens)
+
+    @classmethod
+    def from_pretrained(cls, model_name_or_path, checkpoint_file="model.pt", data_name_or_path=".", **kwargs):
+        """fairseq's hub interface, refused when loaded for a POS-pattern model: raw sentences carry no tags."""
+        hub = super().from_pretrained(model_name_or_path, checkpoint_file, data_name_or_path, **kwargs)
+        if any(getattr(m.encoder, "reads_source_tags", False) for m in hub.models):
+            raise ValueError(UNTAGGED_INPUT)
+        return hub
 
     def forward(self, src_tokens, src_lengths, prev_output_tokens, return_all_hiddens: bool = True,
                 features_only: bool = False, alignment_layer: Optional[int] = None,

@@ -31,6 +31,10 @@ from .token_tags import FUNCTION, PENN_TAGS, PUNCT, tag_id, tag_type
 PATTERNS = ("none", "pos", "freq", "inv-freq", "group")
 #: subword-nmt's continuation marker: a piece ending with it continues into the next (the POS pattern's BPEO)
 BPE_MARKER = "@@"
+#: why a POS-pattern model cannot read raw sentences (fairseq-interactive, the hub interface)
+UNTAGGED_INPUT = ("--encoder-output-pattern pos reads the part-of-speech tags of a binarised split ({split}.tags of "
+                  "--task translation_source_tags); raw sentences (fairseq-interactive, the hub interface) carry no "
+                  "tags: decode a split with fairseq-generate DATA --task translation_source_tags --gen-subset SPLIT")
 #: the POS pattern's dropped tags (Zhang, Titov & Sennrich 2021 Sec. 7: function words, punctuation, MD, EX)
 POS_DROPPED_TAGS = tuple(t for t in PENN_TAGS if tag_type(t) in (FUNCTION, PUNCT) or t in ("MD", "EX"))
 
@@ -114,8 +118,7 @@ class EncoderOutputPattern(SparsityModule):
         real = torch.ones_like(src_tokens, dtype=torch.bool) if padding_mask is None else ~padding_mask
         if self.kind == "pos":
             if src_tags is None or src_tags.shape != src_tokens.shape:
-                raise ValueError("--encoder-output-pattern pos needs one part-of-speech tag per source token: train "
-                                 "and decode with --task translation_source_tags")
+                raise ValueError(UNTAGGED_INPUT)
             continues = self.continues.to(src_tokens.device)[src_tokens]
             later_piece = torch.zeros_like(continues)
             later_piece[:, 1:] = continues[:, :-1]  # the previous piece ends with the BPE marker

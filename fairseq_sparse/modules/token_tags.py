@@ -16,6 +16,9 @@ PUNCT_TAGS = frozenset([".", ",", ":", "``", "''", "-LRB-", "-RRB-", "(", ")", "
 PENN_TAGS = tuple("CC CD DT EX FW IN JJ JJR JJS LS MD NN NNS NNP NNPS PDT POS PRP PRP$ RB RBR RBS RP SYM TO UH VB "
                   "VBD VBG VBN VBP VBZ WDT WP WP$ WRB . , : `` '' -LRB- -RRB- ( ) # $ HYPH NFP ADD AFX XX _SP".split())
 NO_TAG, UNKNOWN_TAG = 0, 1
+#: Universal POS tags (Universal Dependencies; spaCy's ``pos_``) that are no Penn Treebank tag: a tags file
+#: made mostly of these was written with the wrong tag set (the tag groups would find no function word)
+UNIVERSAL_ONLY_TAGS = frozenset("ADJ ADP ADV AUX CCONJ DET INTJ NOUN NUM PART PRON PROPN PUNCT SCONJ VERB X".split())
 _TAG_IDS = {t: k + 2 for k, t in enumerate(PENN_TAGS)}
 
 
@@ -99,4 +102,16 @@ def read_tags(path: str, sentences: Sequence[Sequence[str]], separator: Optional
             raise ValueError(f"{path} line {n}: {len(row)} tags for a sentence of {n_words} words "
                              f"({len(pieces)} pieces)")
         tags.append(row)
+    check_penn_tags(path, tags)
     return tags
+
+
+def check_penn_tags(path: str, tags: Sequence[Sequence[str]]):
+    """ValueError if most tags of ``path`` are Universal POS tags: they are none of the Penn Treebank tags that
+    the POS pattern drops and the token types group, so both would silently find nothing."""
+    n = sum(len(row) for row in tags)
+    universal = sum(t in UNIVERSAL_ONLY_TAGS for row in tags for t in row)
+    if n and universal > n / 2:
+        raise ValueError(f"{path}: the tags look like Universal POS tags (DET, NOUN, ...: {universal} of {n}), not Penn "
+                         "Treebank tags (DT, NN, ...); write Penn Treebank tags (fairseq-sparse-pos-tags writes "
+                         "spaCy's tag_, not pos_)")

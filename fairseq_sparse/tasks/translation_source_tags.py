@@ -22,7 +22,7 @@ from fairseq.data import BaseWrapperDataset
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
-from ..modules.encoder_patterns import BPE_MARKER
+from ..modules.encoder_patterns import BPE_MARKER, UNTAGGED_INPUT
 from ..modules.token_tags import NO_TAG, piece_tag_ids, read_tags
 
 
@@ -77,6 +77,22 @@ class TranslationSourceTagsTask(TranslationTask):
     """fairseq's translation task; its datasets carry the source side's part-of-speech tags (module docstring)."""
 
     carries_source_tags = True
+    _building_model = False
+
+    def build_model(self, cfg, from_checkpoint=False):
+        self._building_model = True  # fairseq's --eval-bleu builds a generator here, before any split is loaded
+        try:
+            return super().build_model(cfg, from_checkpoint)
+        finally:
+            self._building_model = False
+
+    def build_generator(self, models, args, **kwargs):
+        """fairseq-interactive builds the generator right after loading the models and never loads a split: a model
+        that reads tags is refused here, when it is loaded, not at the first sentence (raw input carries no tags)."""
+        if not self.datasets and not self._building_model and any(
+                getattr(getattr(m, "encoder", None), "reads_source_tags", False) for m in models):
+            raise ValueError(UNTAGGED_INPUT)
+        return super().build_generator(models, args, **kwargs)
 
     def tags_path(self, split: str) -> str:
         folder = self.cfg.source_tags_dir or self.cfg.data.split(os.pathsep)[0]

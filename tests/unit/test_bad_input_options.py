@@ -194,3 +194,18 @@ def test_a_data_file_is_never_an_output(tool, data_and_ckpt, capsys):
     assert f"is a file of the data directory {data}: refusing to write over it" in err, err[-2000:]
     assert len(err.strip().splitlines()) == 1, err
     assert {name: open(f"{data}/{name}").read() for name in before} == before
+
+
+def test_universal_pos_tags_are_refused(tmp_path):
+    """The POS pattern and the token types read Penn Treebank tags: Universal POS tags made them find nothing."""
+    from fairseq_sparse.modules.token_tags import read_tags
+
+    sentences = [["the", "cat", "sat@@", "s"], ["a", "dog"]]
+    path = tmp_path / "valid.tags"
+    path.write_text("DET NOUN VERB\nDET NOUN\n")
+    with pytest.raises(ValueError, match=r"valid.tags: the tags look like Universal POS tags .*5 of 5.* Penn Treebank"):
+        read_tags(str(path), sentences, "@@")
+    path.write_text("DT NN VBD\nDT NN\n")
+    assert read_tags(str(path), sentences, "@@") == [["DT", "NN", "VBD"], ["DT", "NN"]]
+    path.write_text("DT NN VBD\nDT X\n")  # an odd tag here and there is not a wrong tag set
+    assert read_tags(str(path), sentences, "@@")[1] == ["DT", "X"]

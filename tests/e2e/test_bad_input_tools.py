@@ -1,0 +1,122 @@
+"""Bad input to the console scripts (issue 22): one clear error before any work, and nothing written.
+Tiny models trained for a few updates; the corpus is the session fixture of conftest.py."""
+import json
+import os
+
+import pytest
+
+from conftest import TINY_MODEL, TRAIN_COMMON, USER_DIR, console, run
+
+# a model that is only built and loaded, never judged by its quality
+FEW = ["--max-tokens", "400", "--log-interval", "1"]
+
+
+def train(data_bin, save_dir, extra, max_update=2, check=True):
+    proc = run([console("fairseq-train"), data_bin, "--user-dir", USER_DIR, "--save-dir", save_dir,
+                "--max-update", str(max_update)] + TRAIN_COMMON + FEW + TINY_MODEL + extra, check=check)
+    proc.log = proc.stdout + proc.stderr
+    return proc
+
+
+def test_prune_heads_refuses_a_model_that_cannot_be_built(corpus, tmp_path):
+    """A coverage model reads every encoder-decoder head: cutting one out wrote a checkpoint that
+    fairseq-generate then refused. Now the pruned model is built before anything is written."""
+    save = str(tmp_path / "coverage")
+    train(corpus["bin"], save, ["--arch", "transformer_head_gates", "--head-gates", "",
+                                "--encdec-attention-coverage", "--criterion", "cross_entropy"])
+    mask = tmp_path / "mask.json"
+    mask.write_text(json.dumps({"encdec": [[0, 1, 1, 1], [1, 1, 1, 1]]}))
+    out = tmp_path / "pruned.pt"
+    proc = run([console("fairseq-sparse-prune-heads"), "--path", f"{save}/checkpoint_last.pt", "--head-mask",
+                str(mask), "--output", str(out)], check=False)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if "error:" in line]
+    assert errors == [errors[0]] and "the pruned model cannot be built" in errors[0], proc.stderr[-3000:]
+    assert "--encdec-attention-coverage reads every encoder-decoder head" in errors[0]
+    assert "Traceback" not in proc.stderr
+    assert not out.exists() and not (tmp_path / "pruned.kept_heads.json").exists()
+    # the enc / dec heads of the same model still prune (and the result loads)
+    mask.write_text(json.dumps({"enc": [[0, 1, 1, 1], [1, 1, 1, 1]]}))
+    run([console("fairseq-sparse-prune-heads"), "--path", f"{save}/checkpoint_last.pt", "--head-mask", str(mask),
+         "--output", str(out)])
+    assert out.exists()
+
+
+# ------------------------------------------------------------------------------------------------
+# the POS pattern: tags travel with binarised splits only
+
+
+def tag_of(word):
+    """The synthetic corpus's words: the0 .. the11 are function words (DT), swap a verb, w17 nouns."""
+    return "DT" if word.startswith("the") else ("VB" if word == "swap" else "NN")
+
+
+UNIVERSAL = {"DT": "DET", "VB": "VERB", "NN": "NOUN"}
+
+
+def write_tags(corpus, out, tagset=None):
+    """{train,valid,test}.tags of the corpus's source side, one tag per word (Penn Treebank, or mapped)."""
+    os.makedirs(out, exist_ok=True)
+    for split in ("train", "valid", "test"):
+        with open(f"{corpus['raw']}/{split}.src") as f:
+            lines = [" ".join((tagset or {}).get(tag_of(w), tag_of(w)) for w in line.split())
+                     for line in f.read().splitlines()]
+        with open(f"{out}/{split}.tags", "w") as f:
+            f.write("\n".join(lines) + "\n")
+    return str(out)
+
+
+POS = ["--task", "translation_source_tags", "--arch", "transformer_l0drop", "--encoder-output-pattern", "pos",
+       "--criterion", "cross_entropy"]
+
+
+@pytest.fixture(scope="module")
+def pos_model(corpus, tmp_path_factory):
+    """(checkpoint, tags dir) of a POS-pattern model trained for 2 updates."""
+    root = tmp_path_factory.mktemp("pos")
+    tags = write_tags(corpus, str(root / "tags"))
+    train(corpus["bin"], str(root / "save"), POS + ["--source-tags-dir", tags])
+    return str(root / "save" / "checkpoint_last.pt"), tags
+
+
+def test_interactive_refuses_a_pos_model_when_loading(corpus, pos_model):
+    """Was: the model loaded, then the first sentence failed asking for the --task the user had passed."""
+    ckpt, tags = pos_model
+    proc = run([console("fairseq-interactive"), corpus["bin"], "--user-dir", USER_DIR, "--path", ckpt, "--task",
+                "translation_source_tags", "--source-tags-dir", tags, "--cpu", "--beam", "2"],
+               check=False, input="the0 w1 swap\n")
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 1, log[-3000:]
+    assert "Type the input sentence" not in log, "refused only at the first sentence"
+    assert log.strip().splitlines()[-1].startswith("ValueError: --encoder-output-pattern pos reads the part-of-speech")
+    assert "raw sentences (fairseq-interactive, the hub interface) carry no tags" in log
+
+
+def test_hub_refuses_a_pos_model_when_loading(corpus, pos_model):
+    from fairseq_sparse.models.transformer_l0drop import L0DropTransformerModel
+
+    ckpt, tags = pos_model
+    with pytest.raises(ValueError, match=r"raw sentences \(fairseq-interactive, the hub interface\) carry no tags"):
+        L0DropTransformerModel.from_pretrained(os.path.dirname(ckpt), checkpoint_file=os.path.basename(ckpt),
+                                               data_name_or_path=corpus["bin"], source_tags_dir=tags)
+
+
+def test_pos_model_still_decodes_a_tagged_split(corpus, pos_model):
+    """fairseq-generate loads the split (with its tags) before it builds the generator: not refused."""
+    ckpt, tags = pos_model
+    run([console("fairseq-generate"), corpus["bin"], "--user-dir", USER_DIR, "--path", ckpt, "--task",
+         "translation_source_tags", "--source-tags-dir", tags, "--cpu", "--beam", "2", "--gen-subset", "valid",
+         "--max-tokens", "2000"])
+
+
+def test_universal_pos_tags_are_refused_before_training(corpus, tmp_path):
+    """Universal POS tags (DET, NOUN, ...) are none of the Penn Treebank tags the POS pattern drops: it dropped
+    nothing, silently."""
+    tags = write_tags(corpus, str(tmp_path / "upos"), UNIVERSAL)
+    save = tmp_path / "save"
+    proc = train(corpus["bin"], str(save), POS + ["--source-tags-dir", tags], check=False)
+    assert proc.returncode == 1, proc.log[-3000:]
+    last = proc.log.strip().splitlines()[-1]
+    assert "look like Universal POS tags" in last and "Penn Treebank" in last, last
+    assert "Start iterating over samples" not in proc.log
+    assert not save.exists() or os.listdir(save) == []
