@@ -64,3 +64,35 @@ def criterion_options(state: Mapping) -> dict:
 def model_options(state: Mapping) -> dict:
     """The checkpoint's model options (``cfg["model"]``, a namespace for our models, or the old ``args``)."""
     return _options(state, "model")
+
+
+def _dictionary_symbols(path: str):
+    with open(path, encoding="utf-8") as f:
+        return [line.split(" ", 1)[0] for line in f]
+
+
+def check_teacher_checkpoint(path: str, task) -> None:
+    """ValueError unless PATH is a readable fairseq checkpoint whose embedding tables have the sizes of
+    ``task``'s dictionaries, and, where the teacher's training data directory still exists, the same
+    dictionary files (a distillation teacher must predict over the student's vocabulary)."""
+    import os
+
+    if not os.path.isfile(path):
+        raise ValueError(f"--distill-teacher {path}: no such file")
+    try:
+        state = read_state(path)
+        model_state = state["model"]
+    except Exception as e:  # truncated, not a torch file, or not a fairseq checkpoint
+        raise ValueError(f"--distill-teacher {path} is not a readable fairseq checkpoint ({type(e).__name__}: {e})") from None
+    for side, dictionary in (("encoder", task.source_dictionary), ("decoder", task.target_dictionary)):
+        weight = model_state.get(f"{side}.embed_tokens.weight")
+        if weight is not None and weight.size(0) != len(dictionary):
+            raise ValueError(f"--distill-teacher {path}: its {side} has {weight.size(0)} embeddings but the data's "
+                             f"dictionary has {len(dictionary)} symbols; the teacher must use the data's dictionaries")
+    task_options = _options(state, "task")
+    data, src, tgt = (task_options.get(k) for k in ("data", "source_lang", "target_lang"))
+    for lang, dictionary in ((src, task.source_dictionary), (tgt, task.target_dictionary)):
+        theirs = os.path.join(str(data).split(os.pathsep)[0], f"dict.{lang}.txt") if data and lang else None
+        if theirs and os.path.isfile(theirs) and _dictionary_symbols(theirs) != dictionary.symbols[dictionary.nspecial:]:
+            raise ValueError(f"--distill-teacher {path} was trained with the dictionary {theirs}, which differs from "
+                             "the data's; the teacher must use the data's dictionaries")

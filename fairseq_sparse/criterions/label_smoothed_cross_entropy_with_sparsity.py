@@ -43,6 +43,7 @@ from ..modules.attention_regularisers import (
     encoder_decoder_attention,
     parse_layers,
 )
+from ..modules.distillation import FrozenTeacher, word_kd_loss
 from ..modules.sparsity import collect_sparsity_terms, num_updates, sparsity_groups
 from ..modules.sparsity_control import (
     ALL_CLOSED,
@@ -73,6 +74,48 @@ class SparsityConfigError(ValueError, RuntimeError):
     forward pass. It is also a RuntimeError because fairseq's trainer saves a ``crash.pt`` checkpoint for
     any other exception raised inside a training step; a configuration error must stop without writing.
     """
+
+
+def check_target_optimizer(targets, optimizer) -> None:
+    """A target sparsity needs ``--optimizer adam_sparsity``: under another optimiser the gates and the
+    Lagrange multipliers move at the model's --lr (Adam: about lr per update, so ~10k updates at 5e-4 to
+    close a gate that starts open), and a short fine-tuning reaches nothing (issue 23: 0.00% pruned after
+    400 updates with plain adam)."""
+    if targets and optimizer is not None and str(optimizer) != "adam_sparsity":
+        option = "--l0drop-target-sparsity" if "l0drop" in targets else "--head-gates-target-sparsity"
+        raise ValueError(f"{option} with --optimizer {optimizer}: the gates and multipliers would move at the model's "
+                         "--lr and barely move in a fine-tuning; add --optimizer adam_sparsity --sparsity-lr 0.05 "
+                         "(Adam with the gates in their own group at a fixed rate)")
+
+
+def distillation_settings(teacher, weight, temperature) -> dict:
+    """{"weight", "temperature"} of --distill-*, checked before anything is loaded (ValueError otherwise)."""
+    if teacher is None:
+        given = [name for name, value in (("weight", weight), ("temperature", temperature)) if value is not None]
+        if given:
+            raise ValueError(f"--distill-{given[0]} is set but --distill-teacher is not; add --distill-teacher CHECKPOINT")
+        return {}
+    weight = 0.5 if weight is None else weight
+    temperature = 1.0 if temperature is None else temperature
+    if not (math.isfinite(weight) and 0.0 <= weight <= 1.0):
+        raise ValueError(f"--distill-weight must lie in [0, 1], got {weight}")
+    if not (math.isfinite(temperature) and temperature > 0):
+        raise ValueError(f"--distill-temperature must be a finite number > 0, got {temperature}")
+    return {"weight": weight, "temperature": temperature}
+
+
+def load_teacher(path: str, task) -> FrozenTeacher:
+    """The teacher checkpoint, checked (a readable fairseq checkpoint whose embeddings fit the data's
+    dictionaries, and the same dictionary files where its training data is still there) and built once
+    with the task's dictionaries through fairseq's checkpoint_utils (torch's safe loader)."""
+    from fairseq import checkpoint_utils
+
+    from ..checkpoint_safety import check_teacher_checkpoint
+
+    check_teacher_checkpoint(path, task)
+    models, _ = checkpoint_utils.load_model_ensemble([path], task=task)
+    logger.info("distilling from %s (%s parameters, frozen)", path, f"{sum(p.numel() for p in models[0].parameters()):,}")
+    return FrozenTeacher(models[0])
 
 
 @dataclass
@@ -119,6 +162,7 @@ class LabelSmoothedCrossEntropyWithSparsityConfig(LabelSmoothedCrossEntropyCrite
                           "checkpoint at the end of each (--save-interval-updates must equal it), so one run "
                           "gives a whole sparsity/quality curve (fairseq-sparse-sparsity-curve)"},
     )
+    optimizer: Optional[str] = II("optimizer._name")
     save_interval_updates: int = II("checkpoint.save_interval_updates")
     no_epoch_checkpoints: bool = II("checkpoint.no_epoch_checkpoints")
     max_update: int = II("optimization.max_update")
@@ -142,6 +186,23 @@ class LabelSmoothedCrossEntropyWithSparsityConfig(LabelSmoothedCrossEntropyCrite
         default=DEFAULT_HEADS,
         metadata={"help": "'each': the regulariser of every head's distribution, averaged over heads (each head "
                           "may focus on its own position); 'mean': the regulariser of the head-averaged distribution"},
+    )
+    distill_teacher: Optional[str] = field(
+        default=None,
+        metadata={"help": "word-level knowledge distillation (Kim & Rush 2016; Hinton et al. 2015) from this "
+                          "checkpoint, typically the dense model the fine-tuning starts from: any fairseq "
+                          "translation model with the data's dictionaries, frozen, run on the same batches. The "
+                          "equal-updates control of a distilled method needs the same teacher"},
+    )
+    distill_weight: Optional[float] = field(
+        default=None,
+        metadata={"help": "w in [0, 1]: the training loss is (1 - w) * label-smoothed CE + w * KD (default 0.5 "
+                          "with --distill-teacher); the valid loss stays the CE, comparable across models"},
+    )
+    distill_temperature: Optional[float] = field(
+        default=None,
+        metadata={"help": "softmax temperature T > 0 of both distributions in the KD term, scaled by T^2 "
+                          "(default 1 with --distill-teacher)"},
     )
 
 
@@ -168,8 +229,13 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
         save_interval_updates=0,
         no_epoch_checkpoints=False,
         max_update=0,
+        distill_teacher=None,
+        distill_weight=None,
+        distill_temperature=None,
+        optimizer=None,
     ):
         super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy)
+        self.distill = distillation_settings(distill_teacher, distill_weight, distill_temperature)
         self.lambdas = {"l0drop": l0drop_lambda, "head_gates": head_gates_lambda, "attention_reg": attention_reg_lambda}
         for group, value in self.lambdas.items():
             if not math.isfinite(value):
@@ -202,6 +268,7 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
             if self.lambdas[group] > 0:
                 raise ValueError(f"--{group.replace('_', '-')}-target-sparsity and --{group.replace('_', '-')}-lambda "
                                  f"{self.lambdas[group]} both set: the controller chooses the weight; drop the lambda")
+        check_target_optimizer(targets, optimizer)
         self.controller = LagrangianController(targets, sparsity_target_warmup_updates,
                                                sparsity_target_hold_updates) if targets else None
         if sparsity_target_hold_updates and not (self.controller and self.controller.stages() > 1):
@@ -211,6 +278,7 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
         self._warned_closed = set()
         self._checked_lag = set()
         self._checked_model = False
+        self.teacher = load_teacher(distill_teacher, task) if distill_teacher else None
         self.check_model_before_training(task)
 
     def check_model_before_training(self, task):
@@ -306,6 +374,12 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
         loss, nll_loss = self.compute_loss(model, net_output, sample, reduce=reduce)
         sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
         penalty, logging_output = self.compute_sparsity_loss(model)
+        if self.teacher is not None:
+            kd = self.compute_kd_loss(model, net_output, sample)
+            logging_output.update({"ce_loss": loss.data, "kd_loss": kd.data})
+            if model.training:  # the valid loss stays the CE: comparable with undistilled models
+                weight = self.distill["weight"]
+                loss = (1.0 - weight) * loss + weight * kd
         loss = loss + penalty * sample["ntokens"]  # per target token, whatever the averaging (see above)
         logging_output.update({
             "loss": loss.data,
@@ -319,6 +393,15 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
             logging_output["n_correct"] = utils.item(n_correct.data)
             logging_output["total"] = utils.item(total.data)
         return loss, sample_size, logging_output
+
+    def compute_kd_loss(self, model, net_output, sample):
+        """Word-level KD against the frozen teacher on the same batch (summed over target tokens, as the CE)."""
+        teacher_logits = self.teacher.logits(sample["net_input"], next(model.parameters()))
+        student_logits, target = net_output[0], sample["target"]
+        if self.ignore_prefix_size > 0:
+            student_logits, teacher_logits = (x[:, self.ignore_prefix_size:] for x in (student_logits, teacher_logits))
+            target = target[:, self.ignore_prefix_size:]
+        return word_kd_loss(student_logits, teacher_logits, target, self.padding_idx, self.distill["temperature"])
 
     def compute_sparsity_loss(self, model):
         """The controller's Lagrangian plus the sum over reported terms of lambda_group * penalty (per target
@@ -403,6 +486,11 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
     @classmethod
     def reduce_metrics(cls, logging_outputs) -> None:
         super().reduce_metrics(logging_outputs)
+        sample_size = sum(log.get("sample_size", 0) for log in logging_outputs)
+        for key in ("ce_loss", "kd_loss"):  # in base 2 per target token, as fairseq logs its loss
+            if sample_size and any(key in log for log in logging_outputs):
+                total = utils.item(sum(log.get(key, 0) for log in logging_outputs))
+                metrics.log_scalar(key, total / sample_size / math.log(2), sample_size, round=3)
         keys = {k for log in logging_outputs for k in log if k.startswith(STAT_PREFIX)}
         for key in sorted(keys):
             name = key[len(STAT_PREFIX):]

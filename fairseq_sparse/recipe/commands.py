@@ -66,7 +66,8 @@ def train_from_scratch(a, data, m: Method):
                "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--clip-norm", "0.0",
                "--lr", str(a.lr), "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(a.warmup_updates),
                "--max-update", str(a.baseline_updates), "--save-dir", m.name]
-            + common_train_flags(a) + validation_flags(a))
+            + common_train_flags(a) + validation_flags(a)
+            + (["--patience", str(a.baseline_patience)] if a.baseline_patience else []))
 
 
 def finetune(a, data, m: Method, resume=False):
@@ -81,7 +82,15 @@ def finetune(a, data, m: Method, resume=False):
                "--optimizer", "adam_sparsity", "--sparsity-lr", str(a.sparsity_lr), "--adam-betas", "(0.9, 0.98)",
                "--lr", str(a.finetune_lr), "--lr-scheduler", "fixed", "--max-update", str(updates_of(m, a))]
             + start + ["--save-dir", m.name, "--save-interval-updates", str(save_every), "--keep-interval-updates", "-1"]
-            + common_train_flags(a, every) + m.flags(a))
+            + common_train_flags(a, every) + distill_flags(a) + m.flags(a))
+
+
+def distill_flags(a):
+    """Word-level distillation from the baseline (Kim & Rush 2016), the same for a method and its control."""
+    if not a.distill_weight:
+        return []
+    return ["--distill-teacher", "baseline/checkpoint_best.pt", "--distill-weight", str(a.distill_weight),
+            "--distill-temperature", str(a.distill_temperature)]
 
 
 def decoding_flags(a):

@@ -50,7 +50,7 @@ class Evaluation:
                 "l0drop_sparsity": float(sparsity.group(1)) / 100 if sparsity else None,
                 "decode_seconds": float(speed.group(1)) if speed else None,
                 "parameters": parameters(self.wd.path(checkpoint)),
-                "hypotheses": [[hyps[i], scores.get(i)] for i in ids]}
+                "hypotheses": [[hyps[i], scores.get(i)] for i in ids], "references": [refs[i] for i in ids]}
 
     def checkpoint(self, m: Method):
         """The checkpoint the report decodes for M (relative to WORK); heads cut out first where M has head gates."""
@@ -144,7 +144,8 @@ class Evaluation:
 
     def curve_points(self):
         """fairseq-sparse-sparsity-curve over the curve's checkpoints, and the control's score at the same updates."""
-        from ..analysis.sparsity_curve import read_state, saved_checkpoints, state_updates
+        from ..analysis.sparsity_curve import saved_checkpoints
+        from ..checkpoint_safety import read_state, state_updates
 
         curve_dir = self.wd.path("curve")
         self.wd.produced("curve/curve.tsv", [os.path.relpath(c, self.wd.work) for c in saved_checkpoints(curve_dir)],
@@ -168,9 +169,25 @@ class Evaluation:
 
 
 def parameters(checkpoint):
-    from ..analysis.sparsity_curve import read_state
+    from ..checkpoint_safety import read_state
 
     return int(sum(v.numel() for v in read_state(checkpoint)["model"].values() if hasattr(v, "numel")))
+
+
+def significance(a, rows, control_of):
+    """{model: sacrebleu's paired bootstrap of its BLEU against its control's} (BLEU only; rows decoded before
+    references were kept are left out)."""
+    from ..analysis.scores import paired_bootstrap
+
+    if a.metric != "bleu":
+        return {}
+    out = {}
+    for name, row in rows.items():
+        control = rows.get(control_of.get(name))
+        if control and "references" in row and "references" in control:
+            out[name] = paired_bootstrap([h for h, _ in control["hypotheses"]], [h for h, _ in row["hypotheses"]],
+                                         row["references"], "13a" if a.tokenizer == "moses" else "none")
+    return out
 
 
 def same_hypotheses(x, y):

@@ -4,12 +4,12 @@ import os
 import time
 
 from . import corpus, training
-from .evaluation import Evaluation, same_hypotheses
-from .methods import BY_NAME, METHODS, STEP_SUMMARY, STEPS, updates_of
+from .evaluation import Evaluation, same_hypotheses, significance
+from .methods import BY_NAME, CONTROL_OF, METHODS, STEP_SUMMARY, STEPS, updates_of
 from .options import fail, parse_args
 from .report import plots_in, render
 from .speed import speed, speed_results
-from .workdir import WorkDir, save_json
+from .workdir import WorkDir, load_json, save_json
 
 
 class Recipe:
@@ -49,12 +49,16 @@ class Recipe:
             fail("report: the baseline is not trained yet (run --steps baseline first)")
         speed_rows, noise = speed_results(self.wd)
         reported = [m for m in finished if m.name in rows]
-        results = {"models": {n: {k: v for k, v in r.items() if k != "hypotheses"} for n, r in rows.items()},
+        results = {"models": {n: {k: v for k, v in r.items() if k not in ("hypotheses", "references")}
+                              for n, r in rows.items()},
+                   "significance": significance(self.a, rows, CONTROL_OF),
                    "heads": {m.name: self.ev.heads_kept(m.name) for m in reported if m.heads_cut_out(self.a)},
                    "attention": {m.name: self.ev.attention_analysis(m.name) for m in reported if m.attention_analysed},
                    "curve": self.ev.curve_points() if any(m.decoding == "curve" for m in finished) else [],
                    "speed": [{"what": w, "ratio": r, "note": n} for w, r, n in speed_rows], "noise": noise,
-                   "settings": vars(self.a)}
+                   "settings": vars(self.a),
+                   "stopped": {m.name: load_json(self.wd.path(m.name, "stopped.json"))
+                               for m in reported if m.start is None and m.arch}}
         for m in reported:
             if m.full_memory:
                 results[f"{m.name}_exact"] = same_hypotheses(rows[m.name], self.ev.full_memory(m))

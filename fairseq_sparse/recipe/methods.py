@@ -79,7 +79,8 @@ def _pattern(kind: str, what: str, row_name: str) -> Method:
 #: every model, in the order the recipe runs its steps and the report lists its rows
 METHODS: Tuple[Method, ...] = (
     Method("baseline", "the stock fairseq transformer every method starts from",
-           lambda a: f"stock transformer, {a.baseline_updates} updates",
+           lambda a: "stock transformer" + (f", at most {a.baseline_updates} updates" if a.baseline_patience
+                                             else f", {a.baseline_updates} updates"),
            arch="transformer", start=None, decoding="best"),
     Method("control", "equal-updates control: the baseline fine-tuned the same way without a method",
            lambda a: f"baseline + {a.finetune_updates} updates, no method",

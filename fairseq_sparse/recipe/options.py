@@ -61,6 +61,14 @@ def _model_and_budget(p):
     g.add_argument("--warmup-updates", type=int, default=500)
     g.add_argument("--baseline-updates", type=int, default=2610, help="updates of the baseline and the simplified decoder")
     g.add_argument("--validate-interval", type=int, default=1, help="baseline: validate (BLEU) every N epochs")
+    g.add_argument("--baseline-patience", type=int, default=10,
+                   help="the baseline and the simplified decoder train until validation has not improved for this "
+                        "many validations (fairseq's --patience), at most --baseline-updates; 0: exactly "
+                        "--baseline-updates")
+    g.add_argument("--distill-weight", type=float, default=0.0,
+                   help="word-level distillation from the baseline in every fine-tuning, method and control alike: "
+                        "the weight w of (1 - w) CE + w KD (criterion --distill-weight); 0: off")
+    g.add_argument("--distill-temperature", type=float, default=1.0, help="softmax temperature of the KD term")
     g.add_argument("--finetune-lr", type=float, default=5e-4, help="fixed learning rate of every fine-tuning")
     g.add_argument("--finetune-updates", type=int, default=600, help="updates of every fine-tuning and control")
     g.add_argument("--sparsity-lr", type=float, default=0.05, help="adam_sparsity's rate for gates and multipliers")
@@ -122,7 +130,7 @@ def _check_ranges(a):
                  "importance_sentences"):
         if getattr(a, name) < 1:
             return f"--{name.replace('_', '-')} must be at least 1"
-    for name in ("bpe_merges", "warmup_updates", "target_warmup_updates", "threads"):
+    for name in ("bpe_merges", "warmup_updates", "target_warmup_updates", "threads", "baseline_patience"):
         if getattr(a, name) < 0:
             return f"--{name.replace('_', '-')} must not be negative"
     for name in ("lr", "finetune_lr", "sparsity_lr", "attention_reg_lambda"):
@@ -131,6 +139,10 @@ def _check_ranges(a):
     for name in ("l0drop_target", "heads_target", "importance_fraction", "dropout"):
         if not 0 <= getattr(a, name) < 1:
             return f"--{name.replace('_', '-')} must lie in [0, 1)"
+    if not 0 <= a.distill_weight <= 1:  # NaN fails too
+        return "--distill-weight must lie in [0, 1]"
+    if not (math.isfinite(a.distill_temperature) and a.distill_temperature > 0):
+        return "--distill-temperature must be a positive number"
     if a.embed_dim % a.heads:
         return f"--embed-dim {a.embed_dim} is not a multiple of --heads {a.heads}"
     between = [s for s in ("l0drop_layers", "composed") if s in a.steps.split(",")]

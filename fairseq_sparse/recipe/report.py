@@ -54,26 +54,46 @@ def sparsity_cell(name, row, heads):
     return ""
 
 
+def training_lines(a, stopped):
+    """Where each model trained from scratch stopped and why; the distillation of the fine-tunings."""
+    lines = [f"- {name}: stopped after {s['updates']} updates: {s['reason']}." for name, s in stopped.items() if s]
+    if a.distill_weight:
+        lines.append(f"- Every fine-tuning, method and control alike, distilled from the baseline (word-level KD, "
+                     f"weight {a.distill_weight}, temperature {a.distill_temperature}).")
+    return lines + ([""] if lines else [])
+
+
 def header(a, models):
     corpus = a.corpus or a.data_bin
     on = "Moses-detokenised" if a.tokenizer == "moses" else "tokenised"
     metric = "BLEU: sacrebleu" if a.metric == "bleu" else "ROUGE-L F1 (rouge-score, stemmed; ROUGE-1 / ROUGE-2 in results.json)"
     return [f"# fairseq_sparse report: {os.path.basename(os.path.normpath(corpus))} {a.source_lang}-{a.target_lang}", "",
             f"Corpus: {corpus}; model: stock transformer, {a.layers}+{a.layers} layers, width {a.embed_dim}, FFN "
-            f"{a.ffn_dim}, {a.heads} heads; baseline {a.baseline_updates} updates of <= {a.max_tokens} tokens; "
+            f"{a.ffn_dim}, {a.heads} heads; baseline at most {a.baseline_updates} updates of <= {a.max_tokens} tokens; "
             f"every fine-tuning and its control {a.finetune_updates} updates at lr {a.finetune_lr} (gates and "
             f"multipliers: --sparsity-lr {a.sparsity_lr}); one seed. {metric} on the {on} test "
             f"split, beam {a.beam}, all {models['baseline']['sentences']} sentences.", ""]
 
 
-def model_table(a, models, heads):
-    lines = [f"| model | what | {metric_name(a)} | vs its control | sparsity | parameters |", "|---|---|---|---|---|---|"]
+def significance_cell(test):
+    """sacrebleu's paired bootstrap: p-value, and the model's mean and 95% interval over the resamples."""
+    if not test:
+        return ""
+    return f"p = {test['p_value']:.3f}; {test['mean']:.2f} ± {test['ci95']:.2f}"
+
+
+def model_table(a, models, heads, significance):
+    lines = [f"| model | what | {metric_name(a)} | vs its control | paired bootstrap | sparsity | parameters |",
+             "|---|---|---|---|---|---|---|"]
     for name, r in models.items():
         ref = models.get(CONTROL_OF.get(name))
         delta = f"{r['score'] - ref['score']:+.2f} (vs {CONTROL_OF[name]})" if ref else ""
         lines.append(f"| {name} | {BY_NAME[name].what(a)} | {r['score']:.2f} | {delta} | "
-                     f"{sparsity_cell(name, r, heads)} | {r['parameters']:,} |")
-    return lines + [""]
+                     f"{significance_cell(significance.get(name))} | {sparsity_cell(name, r, heads)} | "
+                     f"{r['parameters']:,} |")
+    notes = ["- paired bootstrap: sacrebleu's paired bootstrap resampling against the control (1,000 resamples): "
+             "the p-value of the difference, and the model's mean BLEU and 95% interval over the resamples."]
+    return lines + [""] + (notes + [""] if significance else [])
 
 
 def exactness_lines(results):
@@ -152,7 +172,8 @@ def render(results):
     """REPORT.md's lines from results.json's content (nothing else is read)."""
     a = Namespace(**results["settings"])
     models = results["models"]
-    return (header(a, models) + model_table(a, models, results["heads"]) + exactness_lines(results)
+    return (header(a, models) + training_lines(a, results.get("stopped", {}))
+            + model_table(a, models, results["heads"], results.get("significance", {})) + exactness_lines(results)
             + attention_lines(results["attention"]) + speed_lines(results["speed"], results.get("noise", []))
             + curve_lines(a, results["curve"]) + plot_lines(results.get("plots", []))
             + command_lines(results.get("commands", {})))

@@ -5,6 +5,7 @@ import os
 from . import commands
 from .methods import Method, updates_of
 from .options import SPLITS
+from .workdir import save_json
 
 
 def train(a, wd, data, m: Method):
@@ -15,10 +16,24 @@ def train(a, wd, data, m: Method):
         print(f"  {m.name}: done already ({wd.path(m.name)}); skipped")
         return
     if m.start is None:
-        cmd = commands.train_from_scratch(a, data, m)
+        out = wd.run(m.name, commands.train_from_scratch(a, data, m), f"{m.name}.log")
+        record_stop(a, wd, m.name, out)
     else:
         cmd = commands.finetune(a, data, m, resume=os.path.exists(wd.path(m.name, "checkpoint_last.pt")))
-    wd.run(m.name, cmd, f"{m.name}.log")
+        wd.run(m.name, cmd, f"{m.name}.log")
+
+
+def record_stop(a, wd, name, log):
+    """WORK/NAME/stopped.json: where a training from scratch stopped and why (fairseq's --patience, or the
+    --baseline-updates bound), as fairseq-train printed it."""
+    from ..checkpoint_safety import read_state, state_updates
+
+    updates = state_updates(read_state(wd.path(name, "checkpoint_last.pt")))
+    patience = "early stop since valid performance hasn't improved" in log
+    reason = (f"no valid {'BLEU' if a.metric == 'bleu' else 'loss'} gain in {a.baseline_patience} validations "
+              "(--baseline-patience)" if patience else f"reached --baseline-updates {a.baseline_updates}")
+    save_json(wd.path(name, "stopped.json"), {"updates": updates, "early_stop": patience, "reason": reason})
+    print(f"  {name}: stopped after {updates} updates: {reason}")
 
 
 def importance(a, wd, data):

@@ -48,7 +48,7 @@ def progress_line(step, line):
 
 def checkpoint_identity(path):
     """What a result computed from checkpoint PATH depends on: its training updates and its content (sha1)."""
-    from ..analysis.sparsity_curve import read_state, state_updates
+    from ..checkpoint_safety import read_state, state_updates
 
     sha = hashlib.sha1()
     with open(path, "rb") as f:
@@ -141,8 +141,13 @@ class WorkDir:
         return result
 
     def finished(self, save_dir, updates):
-        """Whether a fairseq-train run in SAVE_DIR reached UPDATES (its last checkpoint says so)."""
-        from ..analysis.sparsity_curve import read_state, state_updates
+        """Whether a fairseq-train run in SAVE_DIR reached UPDATES (its last checkpoint says so), or stopped
+        early there (fairseq's --patience; SAVE_DIR/stopped.json says so for that very checkpoint)."""
+        from ..checkpoint_safety import read_state, state_updates
 
         last = self.path(save_dir, "checkpoint_last.pt")
-        return os.path.exists(last) and (state_updates(read_state(last)) or 0) >= updates
+        if not os.path.exists(last):
+            return False
+        done = state_updates(read_state(last)) or 0
+        stopped = load_json(self.path(save_dir, "stopped.json"), {})
+        return done >= updates or (stopped.get("early_stop", False) and stopped.get("updates") == done)

@@ -35,6 +35,9 @@ CASES = {
     # lambdas for modules the model lacks: found before the first batch, not in the first step
     "l0drop_lambda_on_transformer": (["--arch", "transformer"] + CRITERION + ["--l0drop-lambda", "0.3"],
                                      "--l0drop-lambda 0.3 is set but the model (transformer) has no l0drop module"),
+    # a target with the user's plain adam: the gates would move at the model's --lr (issue 23: 0.00% pruned)
+    "target_with_plain_adam": (L0DROP + ["--l0drop-target-sparsity", "0.5"],
+                               "--l0drop-target-sparsity with --optimizer adam: the gates and multipliers would move"),
     "head_gates_lambda_on_l0drop": (L0DROP + ["--head-gates-lambda", "0.1"],
                                     "--head-gates-lambda 0.1 is set but the model (transformer_l0drop) has no "
                                     "head_gates module"),

@@ -14,7 +14,7 @@ RECIPE = [console("fairseq-sparse-recipe")]
 SHIM = [sys.executable, os.path.join(REPO, "examples", "recipe.py")]  # the former entry point, kept working
 TINY = ["--layers", "2", "--embed-dim", "32", "--ffn-dim", "64", "--heads", "2", "--bpe-merges", "100",
         "--baseline-updates", "40", "--warmup-updates", "10", "--finetune-updates", "20", "--curve-updates", "10",
-        "--curve-targets", "0.3,0.6", "--beam", "2", "--max-tokens", "2000"]
+        "--curve-targets", "0.3,0.6", "--beam", "2", "--max-tokens", "2000", "--baseline-patience", "0"]
 
 
 @pytest.fixture(scope="module")
@@ -107,8 +107,12 @@ def test_recipe_on_a_tokenised_corpus_without_bpe(raw_corpus, tmp_path):
         shutil.copy(raw_corpus / f"{split}.en", syn / f"{split}.src")
         shutil.copy(raw_corpus / f"{split}.de", syn / f"{split}.tgt")
     work = tmp_path / "work"
-    recipe(syn, work, ["--tokenizer", "none", "--bpe-merges", "0", "--steps", "prepare,baseline,report"],
-           langs=("src", "tgt"))
+    recipe(syn, work, ["--tokenizer", "none", "--bpe-merges", "0", "--steps", "prepare,baseline,report",
+                       "--baseline-patience", "1"], langs=("src", "tgt"))
+    # fairseq's --patience bounds the baseline; where and why it stopped is recorded and reported
+    stopped = json.loads((work / "baseline" / "stopped.json").read_text())
+    assert stopped["updates"] <= 40 and ("--baseline-patience" in stopped["reason"]) == stopped["early_stop"]
+    assert f"- baseline: stopped after {stopped['updates']} updates" in (work / "REPORT.md").read_text()
     assert not (work / "tok" / "bpe.codes").exists()
     words = {l.split()[0] for l in (work / "data-bin" / "dict.src.txt").read_text().splitlines()
              if not l.startswith("madeupword")}  # fairseq pads the dictionary to a multiple of 8

@@ -49,6 +49,19 @@ def test_finetune_command_starts_from_its_model_and_resumes_without_it():
     assert composed[composed.index("--finetune-from-model") + 1] == "simplified/checkpoint_best.pt"
 
 
+def test_distillation_and_patience_flags():
+    a = options("--distill-weight", "0.5", "--baseline-patience", "4")
+    for name in ("control", "l0drop", "composed"):  # a method and its control: the same teacher
+        cmd = commands.finetune(a, "bin", methods.BY_NAME[name])
+        assert cmd[cmd.index("--distill-teacher") + 1] == "baseline/checkpoint_best.pt"
+        assert cmd[cmd.index("--distill-weight") + 1] == "0.5"
+    scratch = commands.train_from_scratch(a, "bin", methods.BY_NAME["baseline"])
+    assert scratch[scratch.index("--patience") + 1] == "4" and "--distill-teacher" not in scratch
+    assert "--distill-teacher" not in commands.finetune(options(), "bin", methods.BY_NAME["l0drop"])
+    assert "--patience" not in commands.train_from_scratch(options("--baseline-patience", "0"), "bin",
+                                                           methods.BY_NAME["baseline"])
+
+
 def test_curve_and_control_save_a_checkpoint_per_target():
     a = options("--curve-updates", "200")
     for name in ("curve", "control"):
@@ -92,8 +105,11 @@ def _results():
            "decode_seconds": 1.0, "parameters": 1000}
     return {"models": {"baseline": row, "control": dict(row, score=12.0),
                        "l0drop": dict(row, score=11.5, l0drop_sparsity=0.48)},
+            "significance": {"l0drop": {"delta": -0.5, "p_value": 0.03, "mean": 11.4, "ci95": 0.9, "samples": 1000}},
             "heads": {}, "attention": {}, "curve": [], "speed": [], "noise": [], "settings": settings,
             "l0drop_exact": {"identical": True, "sentences": 3, "max_score_difference": 0.0},
+            "stopped": {"baseline": {"updates": 900, "early_stop": True,
+                                     "reason": "no valid BLEU gain in 10 validations (--baseline-patience)"}},
             "plots": [["a plot", "curve/curve.png"]], "commands": {"baseline": ["fairseq-train bin --arch transformer"]}}
 
 
@@ -103,10 +119,12 @@ def test_report_is_a_function_of_results_json_alone(tmp_path, monkeypatch):
     lines = render(results)
     assert lines == render(_results())
     table = [l for l in lines if l.startswith("| ")]
-    assert table[1].startswith("| baseline | stock transformer, 2610 updates | 10.00 |  |")
-    assert table[3].startswith("| l0drop | L0Drop, target 0.5, pruned decoding | 11.50 | -0.50 (vs control) | 48.0%")
+    assert table[1].startswith("| baseline | stock transformer, at most 2610 updates | 10.00 |  |")
+    assert table[3].startswith("| l0drop | L0Drop, target 0.5, pruned decoding | 11.50 | -0.50 (vs control) | "
+                               "p = 0.030; 11.40 ± 0.90 | 48.0%")
     assert any("identical hypotheses on all 3" in l for l in lines)
     assert "- [a plot](curve/curve.png)" in lines and "fairseq-train bin --arch transformer" in lines
+    assert "- baseline: stopped after 900 updates: no valid BLEU gain in 10 validations (--baseline-patience)." in lines
 
 
 def _definitions(tree):

@@ -203,3 +203,14 @@ def test_target_for_missing_module_refused():
         criterion(l0drop_target_sparsity=0.5).check_model(model)
     with pytest.raises(SparsityConfigError, match="head_gates_dec"):
         criterion(head_gates_target_sparsity="dec=0.5").check_model(model)
+
+
+def test_a_target_needs_the_plugins_optimiser():
+    from fairseq_sparse.criterions.label_smoothed_cross_entropy_with_sparsity import check_target_optimizer
+
+    with pytest.raises(ValueError, match="add --optimizer adam_sparsity --sparsity-lr 0.05"):
+        check_target_optimizer({"l0drop": (0.5,)}, "adam")
+    with pytest.raises(ValueError, match="--head-gates-target-sparsity with --optimizer sgd"):
+        check_target_optimizer({"head_gates_enc": (0.5,)}, "sgd")
+    check_target_optimizer({"l0drop": (0.5,)}, "adam_sparsity")
+    check_target_optimizer({}, "adam")  # no target: any optimiser

@@ -1,0 +1,81 @@
+"""fairseq-train with --distill-teacher: the KD and CE losses logged apart in training and validation, every
+architecture's penalties beside it, 2-process training and resume; a bad teacher refused before training."""
+import os
+import shutil
+
+import pytest
+import torch
+
+from conftest import TINY_MODEL, TRAIN_COMMON, USER_DIR, console, fairseq_train, run
+
+SPARSITY = ["--criterion", "label_smoothed_cross_entropy_with_sparsity", "--label-smoothing", "0.1"]
+
+
+def _logged(proc, tag, key):
+    """Values of KEY on fairseq-train's TAG lines (train, valid, ...), simple log format."""
+    out = proc.stdout + proc.stderr
+    return [line for line in out.splitlines() if f"| {tag} |" in line and f" {key} " in line]
+
+
+@pytest.mark.parametrize("arch,extra", [
+    ("transformer", []),
+    ("transformer_l0drop", ["--l0drop-lambda", "0.3"]),
+    ("transformer_head_gates", ["--head-gates", "enc,dec,encdec", "--head-gates-lambda", "0.01"]),
+])
+def test_distilled_fine_tuning_logs_kd_and_ce(corpus, stock_transformer_ckpt, tmp_path, arch, extra):
+    save = str(tmp_path / "save")
+    proc = fairseq_train(corpus["bin"], save, ["--arch", arch] + SPARSITY + extra + TINY_MODEL + [
+        "--finetune-from-model", stock_transformer_ckpt, "--distill-teacher", stock_transformer_ckpt,
+        "--distill-weight", "0.5", "--distill-temperature", "2", "--log-interval", "5"], max_update=10)
+    assert _logged(proc, "train", "kd_loss") and _logged(proc, "train", "ce_loss")
+    valid = _logged(proc, "valid", "kd_loss")
+    assert valid and " ce_loss " in valid[-1]
+    # the teacher is neither trained nor saved: the checkpoint holds the student's parameters only
+    state = torch.load(os.path.join(save, "checkpoint_last.pt"), map_location="cpu", weights_only=True)
+    assert not any(k.startswith("teacher") for k in state["model"]) and not state.get("criterion", {})
+
+
+def test_distillation_resumes_and_runs_in_two_processes(corpus, stock_transformer_ckpt, tmp_path):
+    save = str(tmp_path / "save")
+    common = ["--arch", "transformer_l0drop"] + SPARSITY + TINY_MODEL + [
+        "--l0drop-lambda", "0.3", "--distill-teacher", stock_transformer_ckpt, "--log-interval", "5"]
+    fairseq_train(corpus["bin"], save, common + ["--finetune-from-model", stock_transformer_ckpt], max_update=5)
+    resumed = fairseq_train(corpus["bin"], save, common, max_update=10)
+    assert "loaded checkpoint" in resumed.stdout + resumed.stderr and _logged(resumed, "train", "kd_loss")
+    two = str(tmp_path / "two")
+    proc = fairseq_train(corpus["bin"], two, common + [
+        "--finetune-from-model", stock_transformer_ckpt, "--distributed-world-size", "2",
+        "--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp"], max_update=4)
+    assert _logged(proc, "train", "kd_loss") or _logged(proc, "valid", "kd_loss")
+
+
+def _teacher_with_other_dictionary(src, dst):
+    state = torch.load(src, map_location="cpu", weights_only=True)
+    for key in [k for k in state["model"] if k.endswith("embed_tokens.weight") or k.endswith("output_projection.weight")]:
+        state["model"][key] = state["model"][key][:-8]
+    torch.save(state, dst)
+
+
+@pytest.mark.parametrize("case", ["missing", "corrupt", "other_dictionary", "weight"])
+def test_bad_teacher_refused_before_training(corpus, stock_transformer_ckpt, tmp_path, case):
+    teacher = str(tmp_path / "teacher.pt")
+    extra, message = [], {
+        "missing": "no such file", "corrupt": "is not a readable fairseq checkpoint",
+        "other_dictionary": "the teacher must use the data's dictionaries",
+        "weight": "--distill-weight must lie in [0, 1], got 2.0"}[case]
+    if case == "corrupt":
+        with open(stock_transformer_ckpt, "rb") as f:
+            (tmp_path / "teacher.pt").write_bytes(f.read()[:5000])
+    elif case == "other_dictionary":
+        _teacher_with_other_dictionary(stock_transformer_ckpt, teacher)
+    elif case == "weight":
+        shutil.copy(stock_transformer_ckpt, teacher)
+        extra = ["--distill-weight", "2"]
+    save = tmp_path / "save"
+    proc = run([console("fairseq-train"), corpus["bin"], "--user-dir", USER_DIR, "--save-dir", str(save),
+                "--max-update", "3", "--arch", "transformer"] + SPARSITY + TRAIN_COMMON + TINY_MODEL
+               + ["--distill-teacher", teacher] + extra, check=False)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and message in log, log[-3000:]
+    assert "Start iterating over samples" not in log
+    assert not save.exists() or os.listdir(save) == []
