@@ -73,8 +73,10 @@ def train_from_scratch(a, data, m: Method):
 def finetune(a, data, m: Method, resume=False):
     """fairseq-train from the method's start model (the same optimiser, criterion, learning rate and batches for
     every method and its control). ``resume``: an interrupted run goes on from its checkpoint_last."""
-    every = m.checkpoint_every or m.decoding == "curve"  # a checkpoint per target (a target may end an epoch)
-    save_every = a.curve_updates if every else 0
+    from .budget import save_interval
+
+    save_every = save_interval(a, m)  # checkpoints within the run (one may fall on an epoch's end)
+    every = save_every > 0
     start = [] if resume else ["--finetune-from-model", f"{m.start}/checkpoint_best.pt"]
     return ([tool("fairseq-train"), data, "--user-dir", USER_DIR] + task_flags(m.name) + lang_flags(a)
             + ["--arch", m.arch] + recipe_model_flags(a)

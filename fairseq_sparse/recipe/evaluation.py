@@ -77,11 +77,13 @@ class Evaluation:
         """M decoded with pruned decoding off: every encoder layer over every state, the full memory."""
         return self.generate(f"{m.name}@full-memory", self.checkpoint(m), "{'pruned_decoding': False}")
 
-    def prune_heads(self, name):
-        """fairseq-sparse-prune-heads on NAME's last checkpoint (again when that changed); the smaller checkpoint."""
-        last, pruned = f"{name}/checkpoint_last.pt", f"{name}/pruned.pt"
-        self.wd.produced(pruned, [last], lambda: self.wd.run("report", commands.prune_heads(last, pruned),
-                                                             f"prune.{name}.log"))
+    def prune_heads(self, name, checkpoint=None):
+        """fairseq-sparse-prune-heads on NAME's last checkpoint (or CHECKPOINT; again when it changed); the
+        smaller checkpoint (NAME/pruned.pt, or NAME/pruned_<checkpoint name>.pt)."""
+        source = checkpoint or f"{name}/checkpoint_last.pt"
+        pruned = f"{name}/pruned.pt" if checkpoint is None else f"{name}/pruned_{os.path.basename(checkpoint)}"
+        log = f"prune.{name}.log" if checkpoint is None else f"prune.{name}.{os.path.basename(checkpoint)}.log"
+        self.wd.produced(pruned, [source], lambda: self.wd.run("report", commands.prune_heads(source, pruned), log))
         return pruned
 
     def heads_kept(self, name):

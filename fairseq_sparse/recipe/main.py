@@ -7,7 +7,8 @@ from . import corpus, training
 from .evaluation import Evaluation, same_hypotheses, significance
 from .methods import BY_NAME, CONTROL_OF, METHODS, STEP_SUMMARY, STEPS, updates_of
 from .options import fail, parse_args
-from .report import plots_in, render
+from .budget import budget_rows, plot_gap
+from .report import metric_name, plots_in, render
 from .speed import speed, speed_results
 from .workdir import WorkDir, load_json, save_json
 
@@ -64,6 +65,9 @@ class Recipe:
                 results[f"{m.name}_exact"] = same_hypotheses(rows[m.name], self.ev.full_memory(m))
             if m.decoding == "layered":
                 results[f"{m.name}_layer_sparsity"] = self.ev.layer_sparsity(m.name)
+        results["budget"] = budget_rows(self.a, self.ev, rows)
+        if results["budget"]:
+            plot_gap(self.wd, results["budget"], metric_name(self.a))
         results["plots"] = plots_in(self.wd.work)
         results["commands"] = {s: self.wd.commands(s) for s in STEPS if self.wd.commands(s)}
         return results

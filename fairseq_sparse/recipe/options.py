@@ -69,6 +69,10 @@ def _model_and_budget(p):
                    help="word-level distillation from the baseline in every fine-tuning, method and control alike: "
                         "the weight w of (1 - w) CE + w KD (criterion --distill-weight); 0: off")
     g.add_argument("--distill-temperature", type=float, default=1.0, help="softmax temperature of the KD term")
+    g.add_argument("--budget-points", default="",
+                   help="update counts (comma list, rising, at most --finetune-updates) at which every fine-tuned "
+                        "method and its control are both decoded, from checkpoints of one run each: the quality "
+                        "gap against the budget (a table, and budget/gap.png)")
     g.add_argument("--finetune-lr", type=float, default=5e-4, help="fixed learning rate of every fine-tuning")
     g.add_argument("--finetune-updates", type=int, default=600, help="updates of every fine-tuning and control")
     g.add_argument("--sparsity-lr", type=float, default=0.05, help="adam_sparsity's rate for gates and multipliers")
@@ -165,6 +169,12 @@ def _check_lists(a):
         return (f"the curve step shares the control of the other fine-tunings: --curve-updates x the number of "
                 f"--curve-targets ({a.curve_updates} x {len(targets)}) must equal --finetune-updates "
                 f"({a.finetune_updates})")
+    try:
+        points = [int(u) for u in a.budget_points.split(",")] if a.budget_points else []
+    except ValueError:
+        return "--budget-points: a comma list of update counts"
+    if points and (points != sorted(set(points)) or points[0] < 1 or points[-1] > a.finetune_updates):
+        return f"--budget-points must rise, from 1 to at most --finetune-updates ({a.finetune_updates})"
     if not lengths or min(lengths) < 2:
         return "--speed-lengths must be at least 2 tokens"
     if not a.composed_head_gates or any(t not in ("enc", "dec", "encdec") for t in a.composed_head_gates.split(",")):

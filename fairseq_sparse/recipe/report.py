@@ -7,6 +7,7 @@ from .methods import BY_NAME, CONTROL_OF, STEPS
 
 #: (title, path relative to WORK) of every plot a step may make
 PLOTS = (
+    ("quality gap to the equal-updates control against the fine-tuning budget", "budget/gap.png"),
     ("BLEU against L0Drop sparsity (curve step)", "curve/curve.png"),
     ("share pruned by token type (curve step)", "curve/curve_token_types.png"),
     ("attention received by kept and pruned source tokens (L0Drop)", "l0drop/attention/l0drop_attention.png"),
@@ -153,6 +154,18 @@ def curve_lines(a, curve):
     return lines + [""]
 
 
+def budget_lines(a, budget):
+    if not budget:
+        return []
+    lines = ["The gap to the equal-updates control against the fine-tuning budget (checkpoints of one run each; "
+             "p: sacrebleu's paired bootstrap):", "",
+             f"| model | updates | {metric_name(a)} | control | gap | p | L0Drop sparsity |", "|---|---|---|---|---|---|---|"]
+    for name, points in budget.items():
+        lines += [f"| {name} | {p['updates']} | {p['score']:.2f} | {p['control_score']:.2f} | {p['gap']:+.2f} | "
+                  f"{cell(p['p_value'], '.3f')} | {cell(p['l0drop_sparsity'], '.1%')} |" for p in points]
+    return lines + [""]
+
+
 def plot_lines(plots):
     if not plots:
         return []
@@ -175,5 +188,6 @@ def render(results):
     return (header(a, models) + training_lines(a, results.get("stopped", {}))
             + model_table(a, models, results["heads"], results.get("significance", {})) + exactness_lines(results)
             + attention_lines(results["attention"]) + speed_lines(results["speed"], results.get("noise", []))
-            + curve_lines(a, results["curve"]) + plot_lines(results.get("plots", []))
+            + curve_lines(a, results["curve"]) + budget_lines(a, results.get("budget", {}))
+            + plot_lines(results.get("plots", []))
             + command_lines(results.get("commands", {})))

@@ -42,7 +42,7 @@ def test_recipe_end_to_end_and_resume(raw_corpus, tmp_path):
     work = tmp_path / "work"
     # every step but the variants of a code path another step runs (control_frozen, heads_enc: heads_all with
     # other options; pattern_freq, pattern_inv_freq: pattern_group with another rule, see test_encoder_patterns)
-    gold = ["--gold-alignments", str(raw_corpus / "test.align"), "--threads", "1"]
+    gold = ["--gold-alignments", str(raw_corpus / "test.align"), "--threads", "1", "--budget-points", "10,20"]
     recipe(raw_corpus, work, gold + ["--steps", "prepare,baseline"])
     # the fine-tunings as two processes at once, as the demo runs them (each evaluation in its own cache file)
     lanes = ["simplified,control,l0drop,curve,composed", "pattern_group,heads_all,attention_reg,importance"]
@@ -88,6 +88,12 @@ def test_recipe_end_to_end_and_resume(raw_corpus, tmp_path):
     assert [float(p["target_l0drop"]) for p in results["curve"]] == [0.3, 0.6]
     assert all("control_score" in p for p in results["curve"])
     assert os.path.exists(work / "curve" / "curve.png")
+    # the gap against the budget: each fine-tuning and its control at 10 and 20 updates (heads cut out where gated)
+    for name in ("l0drop", "heads_all", "attention_reg"):
+        assert [p["updates"] for p in results["budget"][name]] == [10, 20], results["budget"].get(name)
+    assert results["budget"]["l0drop"][-1]["score"] == models["l0drop"]["score"]  # the last point is the model
+    assert (work / "budget" / "gap.png").is_file() and "](budget/gap.png)" in report
+    assert "p = " in report and set(results["significance"]) >= {"l0drop", "heads_all", "control"}
     # the commands a user would run are in the report
     assert "fairseq-train" in report and "fairseq-generate" in report and "--l0drop-target-sparsity 0.5" in report
     # a re-run skips every finished step and keeps the results

@@ -62,6 +62,27 @@ def test_distillation_and_patience_flags():
                                                            methods.BY_NAME["baseline"])
 
 
+def test_budget_points_set_the_checkpoint_interval_of_every_fine_tuning():
+    from fairseq_sparse.recipe.budget import save_interval
+
+    a = options("--budget-points", "600,2000,6000", "--finetune-updates", "6000", "--curve-updates", "2000")
+    assert save_interval(a, methods.BY_NAME["l0drop"]) == 200  # gcd of the points
+    assert save_interval(a, methods.BY_NAME["control"]) == 200  # and of --curve-updates
+    assert save_interval(options(), methods.BY_NAME["l0drop"]) == 0
+    cmd = commands.finetune(a, "bin", methods.BY_NAME["heads_all"])
+    assert cmd[cmd.index("--save-interval-updates") + 1] == "200" and "--no-epoch-checkpoints" not in cmd
+
+
+@pytest.mark.parametrize("points,message", [("600,300", "--budget-points must rise"), ("700", "at most --finetune-updates"),
+                                            ("a,b", "--budget-points: a comma list of update counts")])
+def test_bad_budget_points_are_refused(points, message, capsys):
+    from fairseq_sparse.recipe.options import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(["--corpus", "c", "-s", "en", "-t", "de", "--work-dir", "w", "--budget-points", points])
+    assert message in capsys.readouterr().err
+
+
 def test_curve_and_control_save_a_checkpoint_per_target():
     a = options("--curve-updates", "200")
     for name in ("curve", "control"):
@@ -106,6 +127,8 @@ def _results():
     return {"models": {"baseline": row, "control": dict(row, score=12.0),
                        "l0drop": dict(row, score=11.5, l0drop_sparsity=0.48)},
             "significance": {"l0drop": {"delta": -0.5, "p_value": 0.03, "mean": 11.4, "ci95": 0.9, "samples": 1000}},
+            "budget": {"l0drop": [{"updates": 300, "score": 11.0, "control_score": 12.0, "gap": -1.0, "p_value": 0.02,
+                                   "l0drop_sparsity": 0.47}]},
             "heads": {}, "attention": {}, "curve": [], "speed": [], "noise": [], "settings": settings,
             "l0drop_exact": {"identical": True, "sentences": 3, "max_score_difference": 0.0},
             "stopped": {"baseline": {"updates": 900, "early_stop": True,
@@ -125,6 +148,7 @@ def test_report_is_a_function_of_results_json_alone(tmp_path, monkeypatch):
     assert any("identical hypotheses on all 3" in l for l in lines)
     assert "- [a plot](curve/curve.png)" in lines and "fairseq-train bin --arch transformer" in lines
     assert "- baseline: stopped after 900 updates: no valid BLEU gain in 10 validations (--baseline-patience)." in lines
+    assert "| l0drop | 300 | 11.00 | 12.00 | -1.00 | 0.020 | 47.0% |" in lines
 
 
 def _definitions(tree):

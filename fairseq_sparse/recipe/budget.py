@@ -1,0 +1,65 @@
+"""The quality gap against the fine-tuning budget: each method and its equal-updates control decoded at the
+same update counts (``--budget-points``), from the checkpoints of one run each."""
+import math
+import os
+from functools import reduce
+
+from .methods import METHODS
+
+#: decodings whose intermediate checkpoints the budget table can decode as they are (or with heads cut out)
+BUDGET_DECODINGS = ("last", "heads_pruned")
+
+
+def budget_points(a):
+    return [int(u) for u in a.budget_points.split(",")] if a.budget_points else []
+
+
+def save_interval(a, method):
+    """fairseq's --save-interval-updates of a fine-tuning: a checkpoint at every budget point (and every
+    --curve-updates for the curve and its control); 0: none between the start and the end."""
+    points = budget_points(a) + ([a.curve_updates] if method.checkpoint_every or method.decoding == "curve" else [])
+    return reduce(math.gcd, points) if points else 0
+
+
+def checkpoints_by_updates(wd, name):
+    """{updates: checkpoint path relative to WORK} of every interval and epoch checkpoint of run NAME."""
+    from ..analysis.sparsity_curve import saved_checkpoints
+    from ..checkpoint_safety import read_state, state_updates
+
+    return {state_updates(read_state(c)): os.path.relpath(c, wd.work) for c in saved_checkpoints(wd.path(name))}
+
+
+def budget_rows(a, ev, rows):
+    """{method: [{updates, score, control_score, gap, p_value, l0drop_sparsity}, ...]} for every reported
+    fine-tuned method with a control, at every budget point both runs have a checkpoint for."""
+    from ..analysis.scores import paired_bootstrap
+
+    out = {}
+    for m in METHODS:
+        if m.name not in rows or m.control not in rows or m.start is None or m.decoding not in BUDGET_DECODINGS:
+            continue
+        mine, theirs = checkpoints_by_updates(ev.wd, m.name), checkpoints_by_updates(ev.wd, m.control)
+        points = []
+        for u in budget_points(a):
+            if u not in mine or u not in theirs:
+                continue
+            ckpt = ev.prune_heads(m.name, mine[u]) if m.heads_cut_out(a) else mine[u]
+            r, c = ev.generate(f"{m.name}@{u}", ckpt), ev.generate(f"{m.control}@{u}", theirs[u])
+            test = paired_bootstrap([h for h, _ in c["hypotheses"]], [h for h, _ in r["hypotheses"]], r["references"],
+                                    "13a" if a.tokenizer == "moses" else "none") if a.metric == "bleu" else {}
+            points.append({"updates": u, "score": r["score"], "control_score": c["score"],
+                           "gap": round(r["score"] - c["score"], 2), "p_value": test.get("p_value"),
+                           "l0drop_sparsity": r["l0drop_sparsity"]})
+        if points:
+            out[m.name] = points
+    return out
+
+
+def plot_gap(wd, budget, metric):
+    """WORK/budget/gap.png: each method's gap to its control against the fine-tuning updates."""
+    from ..analysis.plotting import line_plot
+
+    os.makedirs(wd.path("budget"), exist_ok=True)
+    series = [(name, [p["updates"] for p in pts], [p["gap"] for p in pts]) for name, pts in budget.items()]
+    return line_plot(series, wd.path("budget", "gap.png"), f"{metric} gap to the equal-updates control",
+                     "fine-tuning updates", f"{metric} (method - control)")
