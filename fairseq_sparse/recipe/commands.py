@@ -108,6 +108,15 @@ def generate(a, data, key, checkpoint, overrides=None):
     return cmd + (["--model-overrides", overrides] if overrides else [])
 
 
+def generate_train_shard(a, data, beam, shard, shards):
+    """The baseline's translations of shard SHARD of SHARDS of the training split (fairseq-generate's batches
+    shard, shard + shards, ...), in BPE pieces: the targets of sequence-level distillation."""
+    return ([tool("fairseq-generate"), data, "--user-dir", USER_DIR, "--path", "baseline/checkpoint_best.pt",
+             "--gen-subset", "train", "--beam", str(beam), "--batch-size", str(a.batch_size),
+             "--required-batch-size-multiple", "1", "--cpu", "--skip-invalid-size-inputs-valid-test",
+             "--distributed-world-size", str(shards), "--distributed-rank", str(shard)] + lang_flags(a))
+
+
 def attention_analysis(a, data, name):
     cmd = [tool("fairseq-sparse-attention-analysis"), data, "--user-dir", USER_DIR, "--path",
            f"{name}/checkpoint_last.pt", "--gen-subset", "test", "--output-dir", f"{name}/attention",

@@ -9,6 +9,7 @@ from .methods import BY_NAME, CONTROL_OF, METHODS, STEP_SUMMARY, STEPS, updates_
 from .options import fail, parse_args
 from .budget import budget_rows, plot_gap
 from .report import metric_name, plots_in, render
+from .seqkd import distill_data
 from .speed import speed, speed_results
 from .workdir import WorkDir, load_json, save_json
 
@@ -25,6 +26,8 @@ class Recipe:
     def step(self, name):
         if name == "prepare":
             corpus.prepare(self.a, self.wd, self.data)
+        elif name == "distill_data":
+            distill_data(self.a, self.wd, self.data)
         elif name == "speed":
             speed(self.a, self.wd, self.data)
         elif name == "report":

@@ -161,12 +161,14 @@ METHODS: Tuple[Method, ...] = (
 
 BY_NAME = {m.name: m for m in METHODS}
 #: steps that are not a model: preparing the data, the benchmarks, the report
-STEPS: Tuple[str, ...] = ("prepare",) + tuple(m.name for m in METHODS) + ("speed", "report")
-OPT_IN_STEPS: Tuple[str, ...] = tuple(m.name for m in METHODS if m.opt_in) + ("speed",)
+STEPS: Tuple[str, ...] = ("prepare", "baseline", "distill_data") + tuple(m.name for m in METHODS[1:]) + ("speed", "report")
+OPT_IN_STEPS: Tuple[str, ...] = tuple(m.name for m in METHODS if m.opt_in) + ("distill_data", "speed")
 DEFAULT_STEPS: Tuple[str, ...] = tuple(s for s in STEPS if s not in OPT_IN_STEPS)
 #: every model of the report -> its equal-updates control
 CONTROL_OF = {m.name: m.control for m in METHODS if m.control}
 STEP_SUMMARY = {"prepare": "tokenise, BPE and binarise the corpus",
+                "distill_data": "sequence-level distillation data: the baseline's beam-5 translations of the "
+                                "training sources (Kim & Rush 2016 Sec. 3.2), for --seq-kd",
                 "speed": "the benchmarks on the trained models' shapes, against stock fairseq",
                 "report": "every finished model's results in WORK/REPORT.md and WORK/results.json",
                 **{m.name: m.summary for m in METHODS}}

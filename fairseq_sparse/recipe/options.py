@@ -69,6 +69,11 @@ def _model_and_budget(p):
                    help="word-level distillation from the baseline in every fine-tuning, method and control alike: "
                         "the weight w of (1 - w) CE + w KD (criterion --distill-weight); 0: off")
     g.add_argument("--distill-temperature", type=float, default=1.0, help="softmax temperature of the KD term")
+    g.add_argument("--seq-kd", action="store_true",
+                   help="sequence-level distillation (Kim & Rush 2016): every fine-tuning, method and control alike, "
+                        "trains on the baseline's beam-5 translations of the training sources (step distill_data)")
+    g.add_argument("--seq-kd-shards", type=int, default=10,
+                   help="the distill_data step decodes the training split in this many shards, each kept once done")
     g.add_argument("--budget-points", default="",
                    help="update counts (comma list, rising, at most --finetune-updates) at which every fine-tuned "
                         "method and its control are both decoded, from checkpoints of one run each: the quality "
@@ -131,7 +136,7 @@ def _check_ranges(a):
     """The first numeric option outside its range, as a message, or None."""
     for name in ("baseline_updates", "finetune_updates", "curve_updates", "layers", "embed_dim", "ffn_dim", "heads",
                  "max_tokens", "beam", "batch_size", "validate_interval", "speed_batch", "speed_repeats",
-                 "importance_sentences"):
+                 "importance_sentences", "seq_kd_shards"):
         if getattr(a, name) < 1:
             return f"--{name.replace('_', '-')} must be at least 1"
     for name in ("bpe_merges", "warmup_updates", "target_warmup_updates", "threads", "baseline_patience"):

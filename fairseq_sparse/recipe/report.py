@@ -58,6 +58,9 @@ def sparsity_cell(name, row, heads):
 def training_lines(a, stopped):
     """Where each model trained from scratch stopped and why; the distillation of the fine-tunings."""
     lines = [f"- {name}: stopped after {s['updates']} updates: {s['reason']}." for name, s in stopped.items() if s]
+    if getattr(a, "seq_kd", False):
+        lines.append("- Every fine-tuning, method and control alike, trained on the baseline's beam-5 translations of "
+                     "the training sources (sequence-level KD).")
     if a.distill_weight:
         lines.append(f"- Every fine-tuning, method and control alike, distilled from the baseline (word-level KD, "
                      f"weight {a.distill_weight}, temperature {a.distill_temperature}).")

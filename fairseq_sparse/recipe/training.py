@@ -4,7 +4,8 @@ import os
 
 from . import commands
 from .methods import Method, updates_of
-from .options import SPLITS
+from .options import SPLITS, fail
+from .seqkd import seqkd_data
 from .workdir import save_json
 
 
@@ -19,7 +20,10 @@ def train(a, wd, data, m: Method):
         out = wd.run(m.name, commands.train_from_scratch(a, data, m), f"{m.name}.log")
         record_stop(a, wd, m.name, out)
     else:
-        cmd = commands.finetune(a, data, m, resume=os.path.exists(wd.path(m.name, "checkpoint_last.pt")))
+        if a.seq_kd and not os.path.isdir(seqkd_data(wd)):
+            fail(f"{m.name}: --seq-kd fine-tunes on the baseline's translations; run the distill_data step first")
+        cmd = commands.finetune(a, seqkd_data(wd) if a.seq_kd else data, m,
+                                resume=os.path.exists(wd.path(m.name, "checkpoint_last.pt")))
         wd.run(m.name, cmd, f"{m.name}.log")
 
 

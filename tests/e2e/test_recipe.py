@@ -135,6 +135,23 @@ def _corrupt(raw_corpus, tmp_path, edit):
     return bad
 
 
+def test_sequence_level_distillation_data(raw_corpus, tmp_path):
+    """distill_data: the baseline's beam-5 translations of every training sentence, decoded in shards (an
+    interrupted run keeps the shards done), binarised with the data-bin's dictionaries; --seq-kd fine-tunes on it."""
+    work = tmp_path / "work"
+    recipe(raw_corpus, work, ["--steps", "prepare,baseline", "--threads", "1"])
+    recipe(raw_corpus, work, ["--steps", "distill_data,control", "--seq-kd", "--seq-kd-shards", "3", "--threads", "1"])
+    sources = (work / "seqkd" / "train.en").read_text().splitlines()
+    assert sources == (work / "tok" / "train.bpe.en").read_text().splitlines()  # every sentence, in order
+    assert len((work / "seqkd" / "train.de").read_text().splitlines()) == len(sources)
+    assert (work / "data-bin-seqkd" / "train.en-de.de.bin").is_file() and (work / "data-bin-seqkd" / "dict.de.txt").is_file()
+    control = (work / "commands" / "control.sh").read_text()
+    assert "fairseq-train data-bin-seqkd" in control and "--gen-subset train" in (work / "commands" / "distill_data.sh").read_text()
+    before = os.path.getmtime(work / "seqkd" / "shard0.tsv")
+    recipe(raw_corpus, work, ["--steps", "distill_data", "--seq-kd", "--seq-kd-shards", "3"])
+    assert os.path.getmtime(work / "seqkd" / "shard0.tsv") == before  # kept: the baseline did not change
+
+
 @pytest.mark.parametrize("edit,message", [
     (lambda d: (d / "valid.de").unlink(), "missing corpus file"),
     (lambda d: (d / "test.de").write_text("one line\n"), "not aligned"),

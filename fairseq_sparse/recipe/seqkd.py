@@ -1,0 +1,67 @@
+"""Sequence-level knowledge distillation (Kim & Rush 2016 Sec. 3.2): the baseline's beam search output on the
+training sources becomes the training target of every fine-tuning (``--seq-kd``). The decoding runs in
+shards, each kept once written, so an interrupted run goes on where it stopped."""
+import os
+import shutil
+
+from . import commands
+from .options import SPLITS
+
+SEQKD_BEAM = 5
+
+
+def seqkd_data(wd):
+    return wd.path("data-bin-seqkd")
+
+
+def decode_shard(a, wd, data, shard):
+    """seqkd/shard<i>.tsv: id, source and the teacher's hypothesis (BPE pieces) of every training sentence of
+    shard i (fairseq-generate's batches i, i + N, ...)."""
+    out = wd.run("distill_data", commands.generate_train_shard(a, data, SEQKD_BEAM, shard, a.seq_kd_shards),
+                 f"seqkd.shard{shard}.log")
+    sources, hyps = {}, {}
+    for fields in (line.split("\t") for line in out.splitlines()):
+        kind, _, i = fields[0].partition("-")
+        if kind == "S" and i.isdigit():
+            sources[int(i)] = fields[1] if len(fields) > 1 else ""
+        elif kind == "H" and i.isdigit():
+            hyps[int(i)] = fields[2] if len(fields) > 2 else ""
+    path = wd.path("seqkd", f"shard{shard}.tsv")
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.writelines(f"{i}\t{sources[i]}\t{hyps[i]}\n" for i in sorted(hyps))
+    os.replace(path + ".tmp", path)
+
+
+def distill_data(a, wd, data):
+    """WORK/data-bin-seqkd: the training split with the baseline's beam-5 translations as targets (the data-bin's
+    own dictionaries), valid and test as they are. Shards and data are made again only when the baseline changed."""
+    os.makedirs(wd.path("seqkd"), exist_ok=True)
+    for shard in range(a.seq_kd_shards):
+        wd.produced(f"seqkd/shard{shard}.tsv", ["baseline/checkpoint_best.pt"], lambda: decode_shard(a, wd, data, shard))
+    wd.produced("data-bin-seqkd", ["baseline/checkpoint_best.pt"], lambda: binarise(a, wd, data))
+
+
+def binarise(a, wd, data):
+    """The shards' sources and hypotheses, in sentence order, binarised with the data-bin's dictionaries."""
+    rows = []
+    for shard in range(a.seq_kd_shards):
+        with open(wd.path("seqkd", f"shard{shard}.tsv"), encoding="utf-8") as f:
+            rows += [line.rstrip("\n").split("\t") for line in f]
+    rows.sort(key=lambda r: int(r[0]))
+    for column, lang in ((1, a.source_lang), (2, a.target_lang)):
+        with open(wd.path("seqkd", f"train.{lang}"), "w", encoding="utf-8") as f:
+            f.writelines(r[column] + "\n" for r in rows)
+    print(f"  distill_data: {len(rows)} training sentences translated by the baseline (beam {SEQKD_BEAM})")
+    tmp = seqkd_data(wd) + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    wd.run("distill_data", [commands.tool("fairseq-preprocess")] + commands.lang_flags(a) + [
+        "--trainpref", "seqkd/train", "--destdir", os.path.basename(tmp), "--workers", "2",
+        "--srcdict", os.path.join(data, f"dict.{a.source_lang}.txt"),
+        "--tgtdict", os.path.join(data, f"dict.{a.target_lang}.txt")], "seqkd.preprocess.log")
+    for split in SPLITS[1:]:  # valid and test: the references, unchanged
+        for lang in (a.source_lang, a.target_lang):
+            for ext in ("bin", "idx"):
+                name = f"{split}.{a.source_lang}-{a.target_lang}.{lang}.{ext}"
+                shutil.copy(os.path.join(data, name), os.path.join(tmp, name))
+    shutil.rmtree(seqkd_data(wd), ignore_errors=True)
+    os.replace(tmp, seqkd_data(wd))
