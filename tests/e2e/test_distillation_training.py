@@ -41,7 +41,7 @@ def test_distillation_resumes_and_runs_in_two_processes(corpus, stock_transforme
         "--l0drop-lambda", "0.3", "--distill-teacher", stock_transformer_ckpt, "--log-interval", "5"]
     fairseq_train(corpus["bin"], save, common + ["--finetune-from-model", stock_transformer_ckpt], max_update=5)
     resumed = fairseq_train(corpus["bin"], save, common, max_update=10)
-    assert "loaded checkpoint" in resumed.stdout + resumed.stderr and _logged(resumed, "train", "kd_loss")
+    assert "Loaded checkpoint" in resumed.stdout + resumed.stderr and _logged(resumed, "train", "kd_loss")
     two = str(tmp_path / "two")
     proc = fairseq_train(corpus["bin"], two, common + [
         "--finetune-from-model", stock_transformer_ckpt, "--distributed-world-size", "2",
