@@ -32,7 +32,25 @@ NUMPY_ARRAY_GLOBALS = [_reconstruct, np.ndarray, np.dtype] + [
 #: a checkpoint written under the other numpy major version names _reconstruct by that version's path
 NUMPY_ALIASES = [(_reconstruct, "numpy.core.multiarray._reconstruct"), (_reconstruct, "numpy._core.multiarray._reconstruct")]
 
-torch.serialization.add_safe_globals(FAIRSEQ_CHECKPOINT_CLASSES + NUMPY_ARRAY_GLOBALS + NUMPY_ALIASES)
+
+def _broadcast_globals():
+    """What a loaded checkpoint's omegaconf config pickles to. fairseq's multi-process training hands the state
+    that rank 0 loaded (``--finetune-from-model``, resume) to the other ranks through torch.save / torch.load
+    (distributed_utils.broadcast_object), whose safe loader refused it: 2-process fine-tuning failed."""
+    import collections
+    import typing
+
+    from fairseq.distributed.utils import _TensorPlaceholder  # the tensors travel apart, in its place
+    from omegaconf import DictConfig, ListConfig
+    from omegaconf.base import ContainerMetadata, Metadata
+    from omegaconf.nodes import AnyNode
+
+    return [DictConfig, ListConfig, ContainerMetadata, Metadata, AnyNode, typing.Any, dict, list, int,
+            collections.defaultdict, _TensorPlaceholder]
+
+
+torch.serialization.add_safe_globals(FAIRSEQ_CHECKPOINT_CLASSES + NUMPY_ARRAY_GLOBALS + NUMPY_ALIASES
+                                     + _broadcast_globals())
 
 
 def read_state(path: str) -> dict:

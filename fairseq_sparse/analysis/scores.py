@@ -27,9 +27,12 @@ def paired_bootstrap(control_hyps, method_hyps, refs, tokenize="13a", samples=10
     """sacrebleu's paired bootstrap resampling (Koehn 2004; the Moses script's test, seed 12345 unless
     SACREBLEU_SEED says otherwise) of a method's BLEU against its control's on the same references:
     {"delta": method - control, "p_value", "mean", "ci95": half-width of the method's 95% interval}."""
+    import logging
+
     from sacrebleu.metrics import BLEU
     from sacrebleu.significance import PairedTest
 
+    logging.getLogger("sacrebleu").setLevel(logging.WARNING)  # its progress lines are not results
     test = PairedTest([("control", list(control_hyps)), ("method", list(method_hyps))],
                       {"BLEU": BLEU(tokenize=tokenize)}, [list(refs)], test_type="bs", n_samples=samples)
     _, scores = test()
