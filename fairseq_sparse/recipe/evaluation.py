@@ -31,15 +31,10 @@ class Evaluation:
     def _generate(self, key, checkpoint, overrides):
         out = self.wd.run("report", commands.generate(self.a, self.data, key, checkpoint, overrides),
                           f"generate.{key}.log")
-        hyps, scores, refs = {}, {}, {}
-        for fields in (line.split("\t") for line in out.splitlines()):  # fairseq-generate's output format
-            kind, _, i = fields[0].partition("-")
-            if kind == "D" and i.isdigit():
-                hyps[int(i)] = fields[2]
-            elif kind == "H" and i.isdigit():
-                scores[int(i)] = float(fields[1])
-            elif kind == "T" and i.isdigit():
-                refs[int(i)] = fields[1] if len(fields) > 1 else ""
+        lines = generate_lines(out)
+        hyps = {i: f[1] for i, f in lines["D"].items()}
+        scores = {i: float(f[0]) for i, f in lines["H"].items()}
+        refs = {i: f[0] if f else "" for i, f in lines["T"].items()}
         ids = sorted(refs)
         score, details = corpus_score(self.a.metric, [hyps[i] for i in ids], [refs[i] for i in ids],
                                       "13a" if self.a.tokenizer == "moses" else "none")
@@ -168,6 +163,17 @@ class Evaluation:
                 p["control_score"] = self.generate(key, "control/checkpoint_last.pt" if key == "control"
                                                    else control[u])["score"]
         return points
+
+
+def generate_lines(out):
+    """fairseq-generate's output lines by kind: {"S"|"T"|"H"|"D": {sentence id: [the tab-separated fields after
+    the id]}} (S: source, T: reference, H: score and hypothesis pieces, D: score and detokenised hypothesis)."""
+    lines = {kind: {} for kind in "STHD"}
+    for fields in (line.split("\t") for line in out.splitlines()):
+        kind, _, i = fields[0].partition("-")
+        if kind in lines and i.isdigit():
+            lines[kind][int(i)] = fields[1:]
+    return lines
 
 
 def parameters(checkpoint):

@@ -5,6 +5,7 @@ import os
 import shutil
 
 from . import commands
+from .evaluation import generate_lines
 from .options import SPLITS
 
 SEQKD_BEAM = 5
@@ -19,13 +20,9 @@ def decode_shard(a, wd, data, shard):
     shard i (fairseq-generate's batches i, i + N, ...)."""
     out = wd.run("distill_data", commands.generate_train_shard(a, data, SEQKD_BEAM, shard, a.seq_kd_shards),
                  f"seqkd.shard{shard}.log")
-    sources, hyps = {}, {}
-    for fields in (line.split("\t") for line in out.splitlines()):
-        kind, _, i = fields[0].partition("-")
-        if kind == "S" and i.isdigit():
-            sources[int(i)] = fields[1] if len(fields) > 1 else ""
-        elif kind == "H" and i.isdigit():
-            hyps[int(i)] = fields[2] if len(fields) > 2 else ""
+    lines = generate_lines(out)
+    sources = {i: f[0] if f else "" for i, f in lines["S"].items()}
+    hyps = {i: f[1] if len(f) > 1 else "" for i, f in lines["H"].items()}
     path = wd.path("seqkd", f"shard{shard}.tsv")
     with open(path + ".tmp", "w", encoding="utf-8") as f:
         f.writelines(f"{i}\t{sources[i]}\t{hyps[i]}\n" for i in sorted(hyps))
