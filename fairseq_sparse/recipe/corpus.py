@@ -54,12 +54,43 @@ def _check_data_bin(a, data):
                  "(fairseq-preprocess --joined-dictionary)")
 
 
+def _check_baseline_checkpoint(a, data):
+    """A brought baseline must be a readable checkpoint of the recipe's sizes over the data-bin's dictionary."""
+    from ..checkpoint_safety import model_options, read_state
+
+    path = a.baseline_checkpoint
+    if a.corpus:
+        fail("--baseline-checkpoint needs --data-bin (the binarised data the checkpoint was trained on): a corpus "
+             "the recipe prepares gets a new dictionary")
+    if not os.path.isfile(path):
+        fail(f"--baseline-checkpoint: no such file {path}")
+    try:
+        state = read_state(path)
+        options, weights = model_options(state), state["model"]
+    except Exception as e:
+        fail(f"--baseline-checkpoint {path} is not a readable fairseq checkpoint ({type(e).__name__}: {e})")
+    want = {"encoder_layers": a.layers, "decoder_layers": a.layers, "encoder_embed_dim": a.embed_dim,
+            "encoder_ffn_embed_dim": a.ffn_dim, "encoder_attention_heads": a.heads}
+    differ = [f"{k} {options.get(k)} (recipe: {v})" for k, v in want.items() if options.get(k) != v]
+    if differ:
+        fail(f"--baseline-checkpoint {path} has other sizes than the recipe's options: {', '.join(differ)}; pass "
+             "the matching --layers/--embed-dim/--ffn-dim/--heads")
+    with open(os.path.join(data, f"dict.{a.source_lang}.txt"), encoding="utf-8") as f:
+        words = sum(1 for _ in f) + 4  # fairseq adds 4 special symbols
+    rows = weights.get("encoder.embed_tokens.weight")
+    if rows is not None and rows.size(0) != words:
+        fail(f"--baseline-checkpoint {path} has {rows.size(0)} embeddings but --data-bin's dictionary {words}: it was "
+             "trained on other data")
+
+
 def check_inputs(a, data):
     """Every input problem, reported before any work starts."""
     if a.corpus:
         _check_raw(a)
     else:
         _check_data_bin(a, data)
+    if a.baseline_checkpoint:
+        _check_baseline_checkpoint(a, data)
     if a.function_words:
         from ..analysis.token_types import read_function_words
 

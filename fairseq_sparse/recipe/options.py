@@ -61,6 +61,9 @@ def _model_and_budget(p):
     g.add_argument("--warmup-updates", type=int, default=500)
     g.add_argument("--baseline-updates", type=int, default=2610, help="updates of the baseline and the simplified decoder")
     g.add_argument("--validate-interval", type=int, default=1, help="baseline: validate (BLEU) every N epochs")
+    g.add_argument("--baseline-checkpoint", metavar="CKPT",
+                   help="bring your own converged baseline (a fairseq transformer of the recipe's sizes trained on "
+                        "--data-bin): the baseline step links it instead of training")
     g.add_argument("--baseline-patience", type=int, default=10,
                    help="the baseline and the simplified decoder train until validation has not improved for this "
                         "many validations (fairseq's --patience), at most --baseline-updates; 0: exactly "

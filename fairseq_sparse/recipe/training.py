@@ -13,6 +13,8 @@ def train(a, wd, data, m: Method):
     """Train method M unless its run is finished; an interrupted fine-tuning resumes from its checkpoint_last."""
     if m.source_tags:
         source_tags(a, wd)
+    if m.name == "baseline" and a.baseline_checkpoint:
+        return bring_baseline(a, wd)
     if wd.finished(m.name, updates_of(m, a)):
         print(f"  {m.name}: done already ({wd.path(m.name)}); skipped")
         return
@@ -38,6 +40,25 @@ def record_stop(a, wd, name, log):
               "(--baseline-patience)" if patience else f"reached --baseline-updates {a.baseline_updates}")
     save_json(wd.path(name, "stopped.json"), {"updates": updates, "early_stop": patience, "reason": reason})
     print(f"  {name}: stopped after {updates} updates: {reason}")
+
+
+def bring_baseline(a, wd):
+    """--baseline-checkpoint: the user's converged model is the baseline (WORK/baseline/checkpoint_{best,last}.pt
+    link to it); its updates are final whatever --baseline-updates says."""
+    from ..checkpoint_safety import read_state, state_updates
+
+    source = os.path.abspath(a.baseline_checkpoint)
+    os.makedirs(wd.path("baseline"), exist_ok=True)
+    for name in ("checkpoint_best.pt", "checkpoint_last.pt"):
+        link = wd.path("baseline", name)
+        if not os.path.islink(link) or os.readlink(link) != source:
+            if os.path.lexists(link):
+                os.remove(link)
+            os.symlink(source, link)
+    updates = state_updates(read_state(source))
+    save_json(wd.path("baseline", "stopped.json"), {"updates": updates, "early_stop": True,
+                                                    "reason": f"the user's checkpoint {source} (--baseline-checkpoint)"})
+    print(f"  baseline: {source} ({updates} updates), brought by --baseline-checkpoint")
 
 
 def importance(a, wd, data):

@@ -126,6 +126,19 @@ def test_recipe_on_a_tokenised_corpus_without_bpe(raw_corpus, tmp_path):
         w for l in (syn / "train.tgt").read_text().splitlines() for w in l.split()}
     results = json.loads((work / "results.json").read_text())
     assert list(results["models"]) == ["baseline"] and results["models"]["baseline"]["sentences"] == 25
+    # a user brings their own converged baseline (the same data-bin): linked, not trained; the control starts there
+    ckpt, mine = str(work / "baseline" / "checkpoint_best.pt"), tmp_path / "mine"
+    brought = ["--data-bin", str(work / "data-bin"), "-s", "src", "-t", "tgt", "--tokenizer", "none", "--bpe-merges",
+               "0", "--baseline-checkpoint", ckpt]
+    bad = run(RECIPE + brought + ["--work-dir", str(mine)] + TINY + ["--embed-dim", "64", "--bpe-merges", "0"],
+              check=False)
+    assert bad.returncode != 0 and "has other sizes than the recipe's options: encoder_embed_dim 32" in bad.stderr
+    assert not mine.exists()
+    run(RECIPE + brought + ["--work-dir", str(mine)] + TINY + ["--bpe-merges", "0", "--steps", "baseline,control,report"])
+    assert os.path.realpath(mine / "baseline" / "checkpoint_last.pt") == os.path.realpath(ckpt)
+    assert "--finetune-from-model baseline/checkpoint_best.pt" in (mine / "commands" / "control.sh").read_text()
+    assert not (mine / "commands" / "baseline.sh").exists()  # nothing trained
+    assert "(--baseline-checkpoint)" in (mine / "REPORT.md").read_text()
 
 
 def _corrupt(raw_corpus, tmp_path, edit):
