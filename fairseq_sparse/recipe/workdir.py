@@ -1,5 +1,6 @@
 """The recipe's work dir: runs commands (logged, their progress echoed, recorded for the report), keeps results
 keyed by what produced them, and knows which trainings are finished."""
+import functools
 import hashlib
 import json
 import os
@@ -47,7 +48,14 @@ def progress_line(step, line):
 
 
 def checkpoint_identity(path):
-    """What a result computed from checkpoint PATH depends on: its training updates and its content (sha1)."""
+    """What a result computed from checkpoint PATH depends on: its training updates and its content (sha1).
+    Computed once per file version in a process (a report reads the same checkpoints for several results)."""
+    stat = os.stat(path)
+    return _identity(os.path.realpath(path), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=None)
+def _identity(path, mtime_ns, size):
     from ..checkpoint_safety import read_state, state_updates
 
     sha = hashlib.sha1()

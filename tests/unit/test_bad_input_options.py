@@ -68,21 +68,10 @@ def test_lambda_warmup_help_says_what_it_ramps():
 
 
 def build_l0drop_model(*extra):
-    """transformer_l0drop as fairseq-train builds it (parser, architecture preset, task.build_model)."""
-    from fairseq import options
-    from fairseq.data import Dictionary
-    from fairseq.tasks.translation import TranslationConfig, TranslationTask
+    """transformer_l0drop as fairseq-train builds it (test_l0drop's builder; later options win)."""
+    from test_l0drop import build_l0drop_model as build
 
-    d = Dictionary()
-    for k in range(20):
-        d.add_symbol(f"w{k}")
-    d.finalize(padding_factor=1)
-    args = options.parse_args_and_arch(options.get_training_parser(), [
-        "unused-data-dir", "--user-dir", USER_DIR, "--task", "translation", "--arch", "transformer_l0drop",
-        "--decoder-layers", "1", "--encoder-embed-dim", "16", "--decoder-embed-dim", "16",
-        "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2",
-        "--decoder-attention-heads", "2", "--share-all-embeddings"] + list(extra))
-    return TranslationTask(TranslationConfig(), d, d).build_model(args)
+    return build(*extra)[0]
 
 
 def test_l0drop_between_layers_on_a_one_layer_encoder_is_refused():
