@@ -33,11 +33,18 @@ def recipe_model_flags(a):
     return model_flags(a.layers, a.embed_dim, a.ffn_dim, a.heads, a.dropout)
 
 
+def position_flags(a):
+    """The models' positions (lengths.fit sets them from the prepared data: --truncate-source + 1 or the longest
+    source, the longest target, at least fairseq's 1024 where nothing is cut), in training and decoding alike."""
+    return ["--max-source-positions", str(a.max_source_positions),
+            "--max-target-positions", str(a.max_target_positions)]
+
+
 def common_train_flags(a, epoch_checkpoints=False):
-    return ["--max-tokens", str(a.max_tokens), "--seed", str(a.seed), "--cpu", "--num-workers", "0",
-            "--skip-invalid-size-inputs-valid-test", "--max-source-positions", "1024",
-            "--max-target-positions", "1024", "--required-batch-size-multiple", "1",
-            "--log-format", "json", "--log-interval", "50"] + ([] if epoch_checkpoints else ["--no-epoch-checkpoints"])
+    return (["--max-tokens", str(a.max_tokens), "--seed", str(a.seed), "--cpu", "--num-workers", "0",
+             "--skip-invalid-size-inputs-valid-test"] + position_flags(a)
+            + ["--required-batch-size-multiple", "1", "--log-format", "json", "--log-interval", "50"]
+            + ([] if epoch_checkpoints else ["--no-epoch-checkpoints"]))
 
 
 def validation_flags(a):
@@ -96,14 +103,25 @@ def distill_flags(a):
 
 
 def decoding_flags(a):
-    return ["--beam", str(a.beam), "--batch-size", str(a.batch_size), "--cpu"]
+    """The BLEU decoding of this package's tools (head importance, sparsity curve): they take the length penalty
+    and the length bounds of fairseq-generate, not --min-len or --no-repeat-ngram-size."""
+    return ["--beam", str(a.beam), "--batch-size", str(a.batch_size), "--cpu", "--lenpen", str(a.lenpen),
+            "--max-len-a", str(a.max_len_a), "--max-len-b", str(a.max_len_b)]
+
+
+def generation_flags(a):
+    """fairseq-generate's search settings (the recipe's options, fairseq's defaults) and the models' positions:
+    every test document fits, so none is skipped (and --skip-invalid-size-inputs-valid-test is never passed)."""
+    return (["--lenpen", str(a.lenpen), "--min-len", str(a.min_len), "--max-len-a", str(a.max_len_a),
+             "--max-len-b", str(a.max_len_b), "--no-repeat-ngram-size", str(a.no_repeat_ngram_size)]
+            + position_flags(a))
 
 
 def generate(a, data, key, checkpoint, overrides=None):
     """fairseq-generate of a checkpoint on the test split, every sentence (the last partial batch included)."""
     cmd = ([tool("fairseq-generate"), data, "--user-dir", USER_DIR, "--path", checkpoint, "--gen-subset", "test"]
            + task_flags(key) + lang_flags(a) + ["--beam", str(a.beam), "--batch-size", str(a.batch_size),
-                                                "--required-batch-size-multiple", "1", "--cpu"])
+                                                "--required-batch-size-multiple", "1", "--cpu"] + generation_flags(a))
     cmd += (["--remove-bpe"] if a.bpe_merges else []) + (["--tokenizer", "moses"] if a.tokenizer == "moses" else [])
     return cmd + (["--model-overrides", overrides] if overrides else [])
 
@@ -113,8 +131,8 @@ def generate_train_shard(a, data, beam, shard, shards):
     shard, shard + shards, ...), in BPE pieces: the targets of sequence-level distillation."""
     return ([tool("fairseq-generate"), data, "--user-dir", USER_DIR, "--path", "baseline/checkpoint_best.pt",
              "--gen-subset", "train", "--beam", str(beam), "--batch-size", str(a.batch_size),
-             "--required-batch-size-multiple", "1", "--cpu", "--skip-invalid-size-inputs-valid-test",
-             "--distributed-world-size", str(shards), "--distributed-rank", str(shard)] + lang_flags(a))
+             "--required-batch-size-multiple", "1", "--cpu", "--distributed-world-size", str(shards),
+             "--distributed-rank", str(shard)] + lang_flags(a) + generation_flags(a))
 
 
 def attention_analysis(a, data, name):

@@ -3,6 +3,7 @@ into joint BPE (subword-nmt) and binarised (fairseq-preprocess)."""
 import os
 
 from . import commands
+from .lengths import truncate_sources
 from .options import SPLITS, fail
 
 
@@ -11,7 +12,9 @@ def _check_split(a, split):
     for lang in (a.source_lang, a.target_lang):
         path = os.path.join(a.corpus, f"{split}.{lang}")
         if not os.path.isfile(path):
-            fail(f"missing corpus file {path}")
+            bart = os.path.isfile(os.path.join(a.corpus, f"{split}.source")) and a.source_lang != "source"
+            fail(f"missing corpus file {path}" + (" (the folder has fairseq's BART layout: -s source -t target, or "
+                                                  "leave -s/-t out)" if bart else ""))
         try:
             with open(path, encoding="utf-8", errors="strict") as f:
                 counts[path] = sum(1 for _ in f)
@@ -29,15 +32,26 @@ def _check_split(a, split):
             fail(f"--gold-alignments {a.gold_alignments} has {n_gold} lines but the test split {n1}")
 
 
+def tokenizer_langs(a):
+    """{suffix: the Moses language code its text is tokenised with}: --tokenizer-lang (one code for both sides,
+    or SRC,TGT), else the suffixes themselves."""
+    if a.tokenizer_lang:
+        codes = [c for c in a.tokenizer_lang.split(",") if c]
+        return {a.source_lang: codes[0], a.target_lang: codes[-1]}
+    return {a.source_lang: a.source_lang, a.target_lang: a.target_lang}
+
+
 def _check_raw(a):
     if a.tokenizer == "moses":
         from sacremoses.corpus import NonbreakingPrefixes
 
         known = NonbreakingPrefixes().available_langs
-        for lang in (a.source_lang, a.target_lang):
-            if lang not in known:
-                fail(f"no Moses tokeniser rules for language code {lang!r}; known: {', '.join(sorted(known))} "
-                     "(--tokenizer none for a corpus that is tokenised already)")
+        for suffix, code in tokenizer_langs(a).items():
+            if code not in known:
+                given = "given by --tokenizer-lang" if a.tokenizer_lang else f"the suffix of the .{suffix} files"
+                fail(f"no Moses tokeniser rules for language code {code!r} ({given}): give the text's language with "
+                     f"--tokenizer-lang (e.g. --tokenizer-lang en), or --tokenizer none for a corpus that is "
+                     f"tokenised already; known codes: {', '.join(sorted(known))}")
     for split in SPLITS:
         _check_split(a, split)
 
@@ -116,6 +130,7 @@ def prepare(a, wd, data):
         prefix = {split: os.path.join(os.path.abspath(a.corpus), split) for split in SPLITS}
     if a.bpe_merges:
         prefix = _bpe(a, wd, prefix)
+    prefix = truncate_sources(a, wd, prefix)  # counted (WORK/truncation.json) with or without a cut
     tmp = data + ".tmp"
     wd.run("prepare", commands.preprocess(a, prefix, os.path.basename(tmp)), "preprocess.log")
     os.replace(tmp, data)
@@ -125,8 +140,8 @@ def _tokenise(a, wd):
     """Moses tokenisation of every split (the recorded command is the equivalent sacremoses CLI)."""
     from sacremoses import MosesTokenizer
 
-    for lang in (a.source_lang, a.target_lang):
-        tok = MosesTokenizer(lang=lang)
+    for lang, code in tokenizer_langs(a).items():
+        tok = MosesTokenizer(lang=code)
         for split in SPLITS:
             out = wd.path("tok", f"{split}.{lang}")
             if os.path.exists(out):
@@ -136,7 +151,7 @@ def _tokenise(a, wd):
                 for line in f:
                     g.write(tok.tokenize(line.strip(), escape=False, return_str=True) + "\n")
             os.replace(out + ".tmp", out)
-        wd.record("prepare", f"sacremoses -l {lang} -j 2 tokenize -x < CORPUS/SPLIT.{lang} > tok/SPLIT.{lang}")
+        wd.record("prepare", f"sacremoses -l {code} -j 2 tokenize -x < CORPUS/SPLIT.{lang} > tok/SPLIT.{lang}")
 
 
 def _bpe(a, wd, prefix):
@@ -160,3 +175,15 @@ def _bpe(a, wd, prefix):
                                                      f"tok/{split}.bpe.{lang}.tmp"), f"apply_bpe.{split}.{lang}.log")
                 os.replace(out + ".tmp", out)
     return {split: f"tok/{split}.bpe" for split in SPLITS}
+
+
+def source_text(a, split):
+    """The source text of SPLIT as binarised (after tokenisation, BPE and truncation; relative to WORK, or the
+    corpus file itself)."""
+    if a.truncate_source:
+        return f"tok/{split}.trunc.{a.source_lang}"
+    if a.bpe_merges:
+        return f"tok/{split}.bpe.{a.source_lang}"
+    if a.tokenizer == "moses":
+        return f"tok/{split}.{a.source_lang}"
+    return os.path.join(os.path.abspath(a.corpus), f"{split}.{a.source_lang}")

@@ -6,7 +6,9 @@ import re
 import statistics
 
 from . import commands
+from .lengths import check_decoded
 from .methods import Method
+from .options import decoding_changes
 from ..analysis.scores import corpus_score
 
 
@@ -19,7 +21,7 @@ class Evaluation:
     def decoding_settings(self, overrides=None):
         a = self.a
         return {"beam": a.beam, "batch_size": a.batch_size, "metric": a.metric, "tokenizer": a.tokenizer,
-                "bpe": bool(a.bpe_merges), "overrides": overrides}
+                "bpe": bool(a.bpe_merges), "overrides": overrides, **decoding_changes(a)}
 
     def generate(self, key, checkpoint, overrides=None):
         """Score (BLEU: sacrebleu, 13a on Moses-detokenised text, or on the tokens with --tokenizer none; or ROUGE)
@@ -32,6 +34,7 @@ class Evaluation:
         out = self.wd.run("report", commands.generate(self.a, self.data, key, checkpoint, overrides),
                           f"generate.{key}.log")
         lines = generate_lines(out)
+        check_decoded(self.a, self.data, key, lines)  # every test document, none skipped
         hyps = {i: f[1] for i, f in lines["D"].items()}
         scores = {i: float(f[0]) for i, f in lines["H"].items()}
         refs = {i: f[0] if f else "" for i, f in lines["T"].items()}

@@ -3,7 +3,7 @@ model's results into WORK/results.json and render WORK/REPORT.md from it."""
 import os
 import time
 
-from . import corpus, training
+from . import corpus, lengths, training
 from .evaluation import Evaluation, same_hypotheses, significance
 from .methods import BY_NAME, CONTROL_OF, METHODS, STEP_SUMMARY, STEPS, updates_of
 from .options import fail, parse_args
@@ -22,8 +22,18 @@ class Recipe:
         self.wd = WorkDir(args.work_dir, quiet=args.quiet, threads=args.threads)
         self.data = os.path.abspath(args.data_bin) if args.data_bin else self.wd.path("data-bin")
         self.ev = Evaluation(args, self.wd, self.data)
+        self.lengths = None
+
+    def fit(self):
+        """The models' positions from the prepared data, every length checked (once, before the first step
+        after prepare: nothing is dropped, no test document skipped); what the report states of them."""
+        if self.lengths is None:
+            self.lengths = lengths.fit(self.a, self.wd, self.data)
+        return self.lengths
 
     def step(self, name):
+        if name != "prepare":
+            self.fit()
         if name == "prepare":
             corpus.prepare(self.a, self.wd, self.data)
         elif name == "distill_data":
@@ -60,7 +70,7 @@ class Recipe:
                    "attention": {m.name: self.ev.attention_analysis(m.name) for m in reported if m.attention_analysed},
                    "curve": self.ev.curve_points() if any(m.decoding == "curve" for m in finished) else [],
                    "speed": [{"what": w, "ratio": r, "note": n} for w, r, n in speed_rows], "noise": noise,
-                   "settings": vars(self.a),
+                   "settings": vars(self.a), "lengths": self.fit(),
                    "stopped": {m.name: load_json(self.wd.path(m.name, "stopped.json"))
                                for m in reported if m.start is None and m.arch}}
         for m in reported:
@@ -93,6 +103,8 @@ def main(argv=None):
     args = parse_args(argv)
     recipe = Recipe(args)
     corpus.check_inputs(args, recipe.data)
+    if os.path.isdir(recipe.data):  # a data-bin given or prepared already: its lengths checked before work too
+        recipe.fit()
     os.makedirs(recipe.wd.work, exist_ok=True)  # after the checks: a refused run leaves nothing behind
     for step in args.steps.split(","):
         start = time.time()

@@ -7,6 +7,7 @@ import os
 from .methods import DEFAULT_STEPS, STEPS
 
 SPLITS = ("train", "valid", "test")
+DEFAULT_POSITIONS = 1024  # fairseq's --max-source-positions and --max-target-positions
 
 
 def fail(message):
@@ -18,8 +19,10 @@ def _general(p):
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--corpus", help="folder with {train,valid,test}.{SRC,TGT} raw text")
     src.add_argument("--data-bin", help="an existing fairseq data-bin (joined dictionary) instead of --corpus")
-    p.add_argument("--source-lang", "-s", required=True, help="source suffix (and Moses language code)")
-    p.add_argument("--target-lang", "-t", required=True, help="target suffix (and Moses language code)")
+    p.add_argument("--source-lang", "-s",
+                   help="source suffix of the corpus files (default: 'source' where the corpus has fairseq's BART "
+                        "layout {train,valid,test}.source/.target)")
+    p.add_argument("--target-lang", "-t", help="target suffix (default: 'target' in the BART layout)")
     p.add_argument("--work-dir", required=True, help="every output goes here; a re-run skips finished steps")
     p.add_argument("--steps", default=",".join(DEFAULT_STEPS),
                    help="comma-separated steps to run, in this order (steps after the baseline may run in parallel "
@@ -35,8 +38,15 @@ def _data(p):
     g.add_argument("--tokenizer", choices=("moses", "none"), default="moses",
                    help="moses: sacremoses tokenisation, and BLEU on Moses-detokenised text; none: the corpus is "
                         "tokenised already, BLEU on the tokens")
+    g.add_argument("--tokenizer-lang", metavar="LANG[,LANG]",
+                   help="Moses language code of the text, one for both sides or SRC,TGT (default: the suffixes -s "
+                        "and -t, which must then be language codes; e.g. 'en' for .source/.target files)")
     g.add_argument("--bpe-merges", type=int, default=8000, help="joint BPE merge operations (0: no BPE)")
-    g.add_argument("--max-len", type=int, default=128, help="drop training pairs longer than this (BPE tokens)")
+    g.add_argument("--truncate-source", type=int, default=0, metavar="N",
+                   help="cut every source (all splits) to its first N tokens after tokenisation and BPE, as fairseq's "
+                        "--truncate-source does; counted per split in WORK/truncation.json and the report; "
+                        "--max-source-positions is then N + 1 (EOS). 0: no truncation, the positions follow the "
+                        "longest source (at least 1024); no pair is ever dropped")
     g.add_argument("--metric", choices=("bleu", "rouge"), default="bleu",
                    help="bleu: sacrebleu (translation); rouge: ROUGE-1/2/L F1 with rouge-score (summarisation; the "
                         "best checkpoint is then chosen by valid loss)")
@@ -115,24 +125,87 @@ def _methods(p):
     g.add_argument("--speed-repeats", type=int, default=3, help="timed rounds per benchmark measurement")
 
 
+#: fairseq-generate's summarisation settings the recipe passes through, with fairseq's defaults
+DECODING_DEFAULTS = {"lenpen": 1.0, "min_len": 1, "max_len_a": 0.0, "max_len_b": 200, "no_repeat_ngram_size": 0}
+
+
+def _decoding(p):
+    g = p.add_argument_group("decoding (every fairseq-generate the recipe runs; fairseq's defaults; with --beam and "
+                             "--batch-size, part of the settings that key the cached results)")
+    d = DECODING_DEFAULTS
+    g.add_argument("--lenpen", type=float, default=d["lenpen"], help="length penalty: < 1 favours shorter outputs")
+    g.add_argument("--min-len", type=int, default=d["min_len"], help="shortest output (tokens)")
+    g.add_argument("--max-len-a", type=float, default=d["max_len_a"], help="longest output: a x source length + b")
+    g.add_argument("--max-len-b", type=int, default=d["max_len_b"], help="longest output: a x source length + b")
+    g.add_argument("--no-repeat-ngram-size", type=int, default=d["no_repeat_ngram_size"],
+                   help="no n-gram of this size twice in an output (0: off)")
+
+
+def decoding_changes(a):
+    """The decoding settings that differ from fairseq's defaults (what a cached decoding is keyed by: results
+    decoded with the defaults keep their key)."""
+    return {name: getattr(a, name) for name, default in DECODING_DEFAULTS.items() if getattr(a, name) != default}
+
+
 def get_parser():
     from . import __doc__ as doc
 
     p = argparse.ArgumentParser(prog="fairseq-sparse-recipe", description=doc.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    for group in (_general, _data, _model_and_budget, _methods):
+    for group in (_general, _data, _model_and_budget, _decoding, _methods):
         group(p)
+    # the models' positions: fairseq's default until the prepared data is read (lengths.fit)
+    p.set_defaults(max_source_positions=DEFAULT_POSITIONS, max_target_positions=DEFAULT_POSITIONS)
     return p
 
 
 def parse_args(argv=None):
     p = get_parser()
     args = p.parse_args(argv)
-    for check in (_check_ranges, _check_lists, _check_files):
+    for check in (_check_langs, _check_ranges, _check_decoding, _check_lists, _check_files):
         message = check(args)
         if message:
             p.error(message)
     return args
+
+
+def _check_langs(a):
+    """-s and -t, found where the corpus (or data-bin) has fairseq's BART layout and they are left out; the
+    --tokenizer-lang list; --truncate-source where it can apply. A message, or None."""
+    if (a.source_lang is None) != (a.target_lang is None):
+        return "give both -s/--source-lang and -t/--target-lang, or neither (fairseq's BART layout .source/.target)"
+    if a.source_lang is None:
+        if a.corpus:
+            bart = all(os.path.isfile(os.path.join(a.corpus, f"train.{side}")) for side in ("source", "target"))
+        else:
+            bart = all(os.path.isfile(os.path.join(a.data_bin, f"dict.{side}.txt")) for side in ("source", "target"))
+        if not bart:
+            files = "train.source/train.target" if a.corpus else "dict.source.txt/dict.target.txt"
+            return ("-s/--source-lang and -t/--target-lang are required: the suffixes of the corpus files "
+                    f"({a.corpus or a.data_bin} has no fairseq BART layout {files})")
+        a.source_lang, a.target_lang = "source", "target"
+    if a.source_lang == a.target_lang:
+        return f"-s and -t are the same suffix {a.source_lang!r}: the two sides need two file names"
+    if a.tokenizer_lang is not None and not 1 <= len([c for c in a.tokenizer_lang.split(",") if c]) <= 2:
+        return "--tokenizer-lang: one Moses language code (both sides) or two, SRC,TGT"
+    if a.truncate_source and a.data_bin:
+        return ("--truncate-source cuts the prepared text before it is binarised: use --corpus (a --data-bin is "
+                "binarised already; truncate it with fairseq-preprocess's inputs)")
+    return None
+
+
+def _check_decoding(a):
+    """Decoding settings fairseq-generate cannot honour, and a negative truncation, as a message, or None."""
+    for name in ("truncate_source", "no_repeat_ngram_size", "max_len_b"):
+        if getattr(a, name) < 0:
+            return f"--{name.replace('_', '-')} must not be negative"
+    if a.min_len < 1:
+        return "--min-len must be at least 1"
+    if not (math.isfinite(a.lenpen) and math.isfinite(a.max_len_a) and a.max_len_a >= 0):
+        return "--lenpen must be a number and --max-len-a a number >= 0"
+    if a.max_len_a == 0 and a.min_len > a.max_len_b:
+        return f"--min-len {a.min_len} is longer than the longest output --max-len-b {a.max_len_b}"
+    return None
 
 
 def _check_ranges(a):

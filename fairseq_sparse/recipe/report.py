@@ -79,6 +79,29 @@ def header(a, models):
             f"split, beam {a.beam}, all {models['baseline']['sentences']} sentences.", ""]
 
 
+def length_lines(a, lengths):
+    """How many sources were cut to --truncate-source tokens, per split; the models' positions; the decoding."""
+    if not lengths:
+        return []
+    cut = lengths.get("truncation") or {}
+    splits, n = cut.get("splits", {}), cut.get("tokens", 0)
+    if n:
+        counts = ", ".join(f"{split} {s['truncated']:,} of {s['documents']:,}" for split, s in splits.items())
+        longest = max(s["longest"] for s in splits.values())
+        lines = [f"- Sources cut to their first {n} tokens after tokenisation and BPE (--truncate-source): {counts} "
+                 f"documents cut (the longest had {longest:,} tokens)."]
+    else:
+        longest = max(s["source"] for s in lengths["longest"].values()) - 1  # without EOS
+        lines = [f"- Sources not truncated (the longest has {longest:,} tokens after tokenisation and BPE)."]
+    source, target = lengths["positions"]
+    lines.append(f"- Model positions: {source:,} source, {target:,} target: no training pair dropped, every test "
+                 "document decoded.")
+    if hasattr(a, "lenpen"):
+        lines.append(f"- Decoding: beam {a.beam}, --lenpen {a.lenpen}, --min-len {a.min_len}, --max-len-a "
+                     f"{a.max_len_a}, --max-len-b {a.max_len_b}, --no-repeat-ngram-size {a.no_repeat_ngram_size}.")
+    return lines + [""]
+
+
 def significance_cell(test):
     """sacrebleu's paired bootstrap: p-value, and the model's mean and 95% interval over the resamples."""
     if not test:
@@ -188,7 +211,8 @@ def render(results):
     """REPORT.md's lines from results.json's content (nothing else is read)."""
     a = Namespace(**results["settings"])
     models = results["models"]
-    return (header(a, models) + training_lines(a, results.get("stopped", {}))
+    return (header(a, models) + length_lines(a, results.get("lengths"))
+            + training_lines(a, results.get("stopped", {}))
             + model_table(a, models, results["heads"], results.get("significance", {})) + exactness_lines(results)
             + attention_lines(results["attention"]) + speed_lines(results["speed"], results.get("noise", []))
             + curve_lines(a, results["curve"]) + budget_lines(a, results.get("budget", {}))

@@ -3,6 +3,7 @@ the importance step's pruning (no training), and the POS tags the tag pattern re
 import os
 
 from . import commands
+from .corpus import source_text
 from .methods import Method, updates_of
 from .options import SPLITS, fail
 from .seqkd import seqkd_data
@@ -82,10 +83,4 @@ def source_tags(a, wd):
     for split in SPLITS:
         if os.path.exists(wd.path("tags", f"{split}.tags")):
             continue
-        if a.bpe_merges:
-            text = f"tok/{split}.bpe.{a.source_lang}"
-        elif a.tokenizer == "moses":
-            text = f"tok/{split}.{a.source_lang}"
-        else:
-            text = os.path.join(os.path.abspath(a.corpus), f"{split}.{a.source_lang}")
-        wd.run("pattern_pos", commands.pos_tags(text, split, a.bpe_merges), f"pos_tags.{split}.log")
+        wd.run("pattern_pos", commands.pos_tags(source_text(a, split), split, a.bpe_merges), f"pos_tags.{split}.log")
