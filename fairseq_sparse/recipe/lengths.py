@@ -106,17 +106,18 @@ def fit(a, wd, data):
     lengths = data_lengths(a, data)
     a.max_source_positions, a.max_target_positions = positions(a.truncate_source, lengths)
     limits = {"source": a.max_source_positions, "target": a.max_target_positions}
+    decoded = dict(limits)  # the test split: also what a brought baseline (decoded as it is) can hold
     if a.baseline_checkpoint:
         from ..checkpoint_safety import model_options, read_state
 
         options = model_options(read_state(a.baseline_checkpoint))
-        for side in limits:
-            limits[side] = min(limits[side], options.get(f"max_{side}_positions") or DEFAULT_POSITIONS)
+        decoded = {side: min(limit, options.get(f"max_{side}_positions") or DEFAULT_POSITIONS)
+                   for side, limit in limits.items()}
     for split, s in lengths.items():
-        for side, limit in limits.items():
+        for side, limit in (decoded if split == "test" else limits).items():
             if s[side] > limit:
                 fail(f"the longest {split} {side} has {s[side]} tokens (with EOS), more than the {limit} positions "
-                     f"of the {'brought baseline' if a.baseline_checkpoint else 'models'}: fairseq would "
+                     f"of the {'brought baseline' if limit < limits[side] else 'models'}: fairseq would "
                      f"{'stop on' if split == 'test' else 'drop'} it; cut the sources (--truncate-source)")
         if split != "test" and s["pair"] > a.max_tokens:
             fail(f"the longest {split} pair has {s['pair']} tokens, more than --max-tokens {a.max_tokens} (one "

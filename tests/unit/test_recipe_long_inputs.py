@@ -230,3 +230,17 @@ def test_report_renders_the_lengths_from_results_json_alone(tmp_path, monkeypatc
     monkeypatch.chdir(tmp_path)
     lines = render(json.loads(json.dumps(results)))
     assert any(l.startswith("- Sources cut to their first 3 tokens") and "test 1 of 3" in l for l in lines)
+
+
+def test_a_brought_baseline_must_hold_the_longest_test_document(tmp_path, monkeypatch):
+    """Without truncation the positions follow the data, but a brought baseline keeps its own: a longer test
+    source is refused before work (fairseq-generate would stop on it)."""
+    import fairseq_sparse.checkpoint_safety as cs
+
+    data = _data_bin(tmp_path / "bin", [5, 6, 1500], [2, 3, 4])
+    monkeypatch.setattr(cs, "read_state", lambda path: {"path": path})
+    monkeypatch.setattr(cs, "model_options", lambda state: {"max_source_positions": 1024})
+    a = parsed("--data-bin", data, "-s", "source", "-t", "target", "--baseline-checkpoint", "mine.pt")
+    with pytest.raises(SystemExit, match="the longest test source has 1500 tokens .* more than the 1024 positions "
+                                         "of the brought baseline"):
+        lengths.fit(a, WorkDir(str(tmp_path / "w")), data)

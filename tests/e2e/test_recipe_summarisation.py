@@ -1,0 +1,78 @@
+"""fairseq-sparse-recipe on a tiny summarisation corpus in fairseq's BART layout ({split}.source/.target, raw
+English text): Moses with --tokenizer-lang, sources cut to --truncate-source BPE tokens and counted per split,
+positions following the cut, the decoding settings on fairseq-generate, every test document decoded (issue 24)."""
+import json
+import random
+
+from conftest import console, run
+
+RECIPE = [console("fairseq-sparse-recipe")]
+WORDS = ("the", "cat", "dog", "sat", "on", "mat", "a", "big", "small", "house", "river", "green", "tree", "runs",
+         "quickly", "under", "bridge", "old", "man", "sees", "bird", "flies", "over", "hill", "child", "reads", "book")
+N = 40  # --truncate-source: BPE tokens
+TINY = ["--layers", "2", "--embed-dim", "32", "--ffn-dim", "64", "--heads", "2", "--bpe-merges", "60",
+        "--baseline-updates", "20", "--warmup-updates", "10", "--beam", "2", "--max-tokens", "2000",
+        "--baseline-patience", "0", "--threads", "1", "--metric", "rouge"]
+DECODING = ["--lenpen", "1.5", "--min-len", "2", "--max-len-a", "0.1", "--max-len-b", "12",
+            "--no-repeat-ngram-size", "2"]
+
+
+def document(rng, words):
+    """Sentences of 4-9 words; its summary: the first sentence's first four words."""
+    sentences, n = [], 0
+    while n < words:
+        k = rng.randint(4, 9)
+        sentences.append(" ".join(rng.choice(WORDS) for _ in range(k)).capitalize() + ".")
+        n += k
+    return " ".join(sentences), " ".join(sentences[0].rstrip(".").split()[:4]) + "."
+
+
+def bart_corpus(root):
+    rng = random.Random(0)
+    sizes = {"train": 160, "valid": 12, "test": 10}
+    for split, n in sizes.items():
+        # short documents and long ones (60-90 words: more than N tokens after Moses and BPE)
+        pairs = [document(rng, rng.randint(60, 90) if i % 3 == 0 else rng.randint(5, 15)) for i in range(n)]
+        (root / f"{split}.source").write_text("".join(d + "\n" for d, _ in pairs))
+        (root / f"{split}.target").write_text("".join(s + "\n" for _, s in pairs))
+    return root
+
+
+def test_summarisation_with_truncated_long_documents(tmp_path):
+    corpus, work = bart_corpus(tmp_path), tmp_path / "work"
+    # raw English in .source/.target: Moses needs the text's language; one line, nothing written
+    proc = run(RECIPE + ["--corpus", str(corpus), "--work-dir", str(work)] + TINY, check=False)
+    assert proc.returncode != 0 and "no Moses tokeniser rules for language code 'source'" in proc.stderr
+    assert "--tokenizer-lang" in proc.stderr.strip().splitlines()[-1] and not work.exists()
+
+    run(RECIPE + ["--corpus", str(corpus), "--work-dir", str(work), "--tokenizer-lang", "en", "--truncate-source",
+                  str(N), "--steps", "prepare,baseline,report"] + TINY + DECODING)
+    counts = json.loads((work / "truncation.json").read_text())
+    assert counts["tokens"] == N
+    for split in ("train", "valid", "test"):
+        before = (work / "tok" / f"{split}.bpe.source").read_text().splitlines()
+        after = (work / "tok" / f"{split}.trunc.source").read_text().splitlines()
+        assert after == [" ".join(line.split()[:N]) for line in before]
+        long = sum(len(line.split()) > N for line in before)
+        assert counts["splits"][split] == {"documents": len(before), "truncated": long,
+                                           "longest": max(len(line.split()) for line in before),
+                                           "tokens_cut": sum(max(0, len(line.split()) - N) for line in before)}
+        assert long > 0  # some documents of every split were cut
+    results = json.loads((work / "results.json").read_text())
+    assert results["models"]["baseline"]["sentences"] == 10  # every test document decoded
+    assert results["lengths"]["positions"][0] == N + 1
+    test = counts["splits"]["test"]
+    report = (work / "REPORT.md").read_text()
+    assert f"- Sources cut to their first {N} tokens" in report and f"test {test['truncated']} of 10" in report
+    # the positions follow the cut in training and decoding; the decoding settings reach fairseq-generate
+    assert f"--max-source-positions {N + 1}" in (work / "commands" / "baseline.sh").read_text()
+    generate = [l for l in (work / "commands" / "report.sh").read_text().splitlines() if "fairseq-generate" in l]
+    assert generate and all(" ".join(DECODING) in l and f"--max-source-positions {N + 1}" in l for l in generate)
+    assert all("--skip-invalid-size-inputs-valid-test" not in l for l in generate)
+    assert "--source-lang source --target-lang target" in generate[0]
+    assert "sacremoses -l en" in (work / "commands" / "prepare.sh").read_text()
+
+    # a re-run asking for another cut of the prepared data is refused before work
+    again = run(RECIPE + ["--corpus", str(corpus), "--work-dir", str(work), "--tokenizer-lang", "en",
+                          "--truncate-source", "30", "--steps", "baseline"] + TINY, check=False)
+    assert again.returncode != 0 and "was prepared with --truncate-source 40" in again.stderr
