@@ -2,12 +2,14 @@
 
     fairseq-sparse-recipe --corpus DIR --source-lang en --target-lang de --work-dir runs/mine
 
-DIR holds ``{train,valid,test}.{src,tgt}`` (one sentence per line, aligned). The steps, each a plain
-console command that the report repeats, each skipped on a re-run once its output is complete:
+DIR holds ``{train,valid,test}.{src,tgt}`` (one sentence per line, aligned), or fairseq's BART layout
+``{train,valid,test}.source/.target`` (``-s/-t`` may be left out; ``--tokenizer-lang`` gives Moses the text's
+language). The steps, each a plain console command that the report repeats, each skipped on a re-run once its
+output is complete:
 
 1. ``prepare``: Moses tokenisation (sacremoses; ``--tokenizer none`` for a tokenised corpus), joint BPE
-   (subword-nmt; ``--bpe-merges 0``: none), ``fairseq-preprocess`` (``--data-bin DIR`` instead: an existing
-   binarised corpus with a joined dictionary).
+   (subword-nmt; ``--bpe-merges 0``: none), sources cut to ``--truncate-source`` tokens (counted per split),
+   ``fairseq-preprocess`` (``--data-bin DIR`` instead: an existing binarised corpus with a joined dictionary).
 2. one step per row of the method table (:data:`.methods.METHODS`): the stock ``baseline`` every method starts
    from, and each method next to its equal-updates control (the same start trained for the same extra updates
    without the method, so extra training is not mistaken for a method effect).
@@ -17,7 +19,8 @@ console command that the report repeats, each skipped on a re-run once its outpu
 
 Layout: :mod:`.methods` (the table), :mod:`.options` (the command line), :mod:`.commands` (pure command
 builders), :mod:`.workdir` (running, logging, results keyed by the checkpoints that produced them),
-:mod:`.corpus`, :mod:`.training`, :mod:`.evaluation`, :mod:`.speed`, :mod:`.report` (pure), :mod:`.main`.
+:mod:`.corpus`, :mod:`.lengths` (truncation, positions, nothing dropped or skipped), :mod:`.training`,
+:mod:`.evaluation`, :mod:`.speed`, :mod:`.report` (pure), :mod:`.main`.
 Every size and budget is an option (``--help``). Each step evaluates its own model when it finishes, so steps
 after the baseline may run as parallel processes (``--steps``); ``report`` gathers what is there.
 """
