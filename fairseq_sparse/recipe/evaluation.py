@@ -9,7 +9,7 @@ from . import commands
 from .lengths import check_decoded
 from .methods import Method
 from .options import decoding_changes
-from ..analysis.scores import corpus_score
+from ..analysis.scores import corpus_score, scorer_identity
 
 
 class Evaluation:
@@ -19,12 +19,13 @@ class Evaluation:
         self.a, self.wd, self.data = a, wd, data
 
     def decoding_settings(self, overrides=None):
-        a = self.a
-        return {"beam": a.beam, "batch_size": a.batch_size, "metric": a.metric, "tokenizer": a.tokenizer,
+        a, metric = self.a, scorer_identity(self.a.metric)  # ROUGE's scorer by name: a new one scores anew
+        return {"beam": a.beam, "batch_size": a.batch_size, "metric": metric, "tokenizer": a.tokenizer,
                 "bpe": bool(a.bpe_merges), "overrides": overrides, **decoding_changes(a)}
 
     def generate(self, key, checkpoint, overrides=None):
-        """Score (BLEU: sacrebleu, 13a on Moses-detokenised text, or on the tokens with --tokenizer none; or ROUGE)
+        """Score (BLEU: sacrebleu, 13a on Moses-detokenised text, or on the tokens with --tokenizer none; or ROUGE-L
+        summary-level, with ROUGE-1/2 and bootstrap 95% intervals: analysis.scores.corpus_score)
         of CHECKPOINT (relative to WORK) on the test split, every sentence decoded; the L0Drop sparsity rate
         fairseq-generate prints; the parameters. Cached by KEY and what produced it."""
         return self.wd.cached(key, [checkpoint], lambda: self._generate(key, checkpoint, overrides),

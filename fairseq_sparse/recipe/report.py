@@ -34,7 +34,13 @@ def plots_in(work):
 
 
 def metric_name(a):
-    return "BLEU" if a.metric == "bleu" else "ROUGE-L"
+    return "BLEU" if a.metric == "bleu" else "ROUGE-L (summary-level)"
+
+
+def score_cell(row):
+    """A model's score; with ROUGE its bootstrap 95% interval (analysis.scores.corpus_score) after it."""
+    ci = row.get("rouge_ci95", {}).get("rougeLsum")
+    return f"{row['score']:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
 
 
 def cell(value, spec):
@@ -70,7 +76,9 @@ def training_lines(a, stopped):
 def header(a, models):
     corpus = a.corpus or a.data_bin
     on = "Moses-detokenised" if a.tokenizer == "moses" else "tokenised"
-    metric = "BLEU: sacrebleu" if a.metric == "bleu" else "ROUGE-L F1 (rouge-score, stemmed; ROUGE-1 / ROUGE-2 in results.json)"
+    metric = "BLEU: sacrebleu" if a.metric == "bleu" else (
+        "ROUGE-L F1, summary-level, with its bootstrap 95% interval (rouge-score's rougeLsum on sentences split after "
+        ". ! ?, Porter-stemmed, averaged over documents, as files2rouge; ROUGE-1 / ROUGE-2 in results.json)")
     return [f"# fairseq_sparse report: {os.path.basename(os.path.normpath(corpus))} {a.source_lang}-{a.target_lang}", "",
             f"Corpus: {corpus}; model: stock transformer, {a.layers}+{a.layers} layers, width {a.embed_dim}, FFN "
             f"{a.ffn_dim}, {a.heads} heads; baseline at most {a.baseline_updates} updates of <= {a.max_tokens} tokens; "
@@ -115,7 +123,7 @@ def model_table(a, models, heads, significance):
     for name, r in models.items():
         ref = models.get(CONTROL_OF.get(name))
         delta = f"{r['score'] - ref['score']:+.2f} (vs {CONTROL_OF[name]})" if ref else ""
-        lines.append(f"| {name} | {BY_NAME[name].what(a)} | {r['score']:.2f} | {delta} | "
+        lines.append(f"| {name} | {BY_NAME[name].what(a)} | {score_cell(r)} | {delta} | "
                      f"{significance_cell(significance.get(name))} | {sparsity_cell(name, r, heads)} | "
                      f"{r['parameters']:,} |")
     notes = ["- paired bootstrap: sacrebleu's paired bootstrap resampling against the control (1,000 resamples): "
