@@ -122,8 +122,18 @@ def fit(a, wd, data):
         if split != "test" and s["pair"] > a.max_tokens:
             fail(f"the longest {split} pair has {s['pair']} tokens, more than --max-tokens {a.max_tokens} (one "
                  "batch): raise --max-tokens or cut the sources (--truncate-source)")
+    _check_speed_lengths(a)
     return {"truncation": load_json(wd.path(TRUNCATION)), "positions": [a.max_source_positions, a.max_target_positions],
             "longest": {split: {k: s[k] for k in ("source", "target")} for split, s in lengths.items()}}
+
+
+def _check_speed_lengths(a):
+    """The speed step decodes the l0drop checkpoint on inputs of --speed-lengths tokens: they must fit its positions."""
+    longest = max(int(n) for n in a.speed_lengths.split(","))
+    if "speed" in a.steps.split(",") and longest >= a.max_source_positions:
+        fail(f"--speed-lengths {a.speed_lengths}: the models hold {a.max_source_positions - 1} source tokens and EOS "
+             f"({'--truncate-source' if a.truncate_source else 'the longest source'}): give lengths up to "
+             f"{a.max_source_positions - 1}")
 
 
 def check_decoded(a, data, key, lines):

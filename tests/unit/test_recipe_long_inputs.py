@@ -95,8 +95,8 @@ def test_a_suffix_corpus_with_bart_files_names_the_layout(tmp_path):
 
 
 def test_truncation_cuts_and_counts_every_split(tmp_path):
-    c = bart_corpus(tmp_path / "c" if (tmp_path / "c").mkdir() is None else None,
-                    docs=("a b c d e", "f g", "h  i\tj k", ""), summaries=("a", "f", "h", "x"))
+    (tmp_path / "c").mkdir()
+    c = bart_corpus(tmp_path / "c", docs=("a b c d e", "f g", "h  i\tj k", ""), summaries=("a", "f", "h", "x"))
     work = tmp_path / "w"
     (work / "tok").mkdir(parents=True)
     a = parsed("--corpus", str(c), "--tokenizer", "none", "--bpe-merges", "0", "--truncate-source", "3")
@@ -109,7 +109,8 @@ def test_truncation_cuts_and_counts_every_split(tmp_path):
     counts = json.loads((work / "truncation.json").read_text())
     assert counts["tokens"] == 3
     assert counts["splits"]["valid"] == {"documents": 4, "truncated": 2, "longest": 5, "tokens_cut": 3}
-    assert "awk -v n=3 '{NF = NF > n ? n : NF} 1' < CORPUS/SPLIT.source" in (work / "commands" / "prepare.sh").read_text()
+    recorded = (work / "commands" / "prepare.sh").read_text()
+    assert "awk -v n=3 '{NF = NF > n ? n : NF} 1' < CORPUS/SPLIT.source" in recorded
     assert corpus.source_text(a, "test") == "tok/test.trunc.source"
     # without truncation: counted, nothing written, the prefix kept
     a0 = parsed("--corpus", str(c), "--tokenizer", "none", "--bpe-merges", "0")
@@ -150,6 +151,19 @@ def test_fit_reads_the_data_bin_and_refuses_what_would_be_dropped(tmp_path):
     with pytest.raises(SystemExit, match="the longest train pair has 2000 tokens, more than --max-tokens 1000"):
         lengths.fit(parsed("--data-bin", data, "-s", "source", "-t", "target", "--max-tokens", "1000"),
                     WorkDir(str(work)), data)
+
+
+def test_speed_lengths_must_fit_the_truncated_positions(tmp_path):
+    work = tmp_path / "w"
+    work.mkdir()
+    (work / "truncation.json").write_text(json.dumps({"tokens": 20, "splits": {}}))
+    data = _data_bin(work / "data-bin", [5, 21], [2, 3])
+    c = str(bart_corpus(tmp_path))
+    a = parsed("--corpus", c, "--truncate-source", "20", "--steps", "speed", "--speed-lengths", "10,25")
+    with pytest.raises(SystemExit, match="--speed-lengths 10,25: the models hold 20 source tokens and EOS .* up to 20"):
+        lengths.fit(a, WorkDir(str(work)), data)
+    lengths.fit(parsed("--corpus", c, "--truncate-source", "20", "--steps", "speed", "--speed-lengths", "10,20"),
+                WorkDir(str(work)), data)
 
 
 def test_a_work_dir_prepared_with_another_truncation_is_refused(tmp_path):
