@@ -34,8 +34,8 @@ def recipe_model_flags(a):
 
 
 def position_flags(a):
-    """The models' positions (lengths.fit sets them from the prepared data: --truncate-source + 1 or the longest
-    source, the longest target, at least fairseq's 1024 where nothing is cut), in training and decoding alike."""
+    """The models' positions (lengths.fit sets them from the prepared data: --truncate-source + 1, or the longest
+    source, at least fairseq's 1024; the longest target, at least 1024), in training and decoding alike."""
     return ["--max-source-positions", str(a.max_source_positions),
             "--max-target-positions", str(a.max_target_positions)]
 
