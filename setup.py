@@ -43,6 +43,7 @@ setup(
             "fairseq-sparse-sparsity-curve = fairseq_sparse.cli.sparsity_curve:cli_main",
             "fairseq-sparse-pos-tags = fairseq_sparse.cli.pos_tags:cli_main",
             "fairseq-sparse-recipe = fairseq_sparse.recipe.main:cli_main",
+            "fairseq-sparse-export = fairseq_sparse.cli.export:cli_main",
             # the names of earlier releases, still working
             "fairseq-sparse-gates = fairseq_sparse.cli.l0drop_gates:cli_main",
             "fairseq-sparse-corpus = fairseq_sparse.synthetic_corpus:main",

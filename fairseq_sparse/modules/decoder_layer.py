@@ -27,12 +27,13 @@ residual), ``addnorm1`` (output of the last attention block, the IFM's first Add
 output, before its residual), ``addnorm2`` (FFN block output) and ``ifm`` (the layer output).
 """
 from dataclasses import dataclass, field
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.modules import MultiheadAttention
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 from torch import Tensor
+from torch.jit import Final
 
 from .attention_normalisers import build_encdec_attention
 from .options import fill_dataclass_defaults
@@ -104,20 +105,31 @@ class SublayerDecoderLayer(TransformerDecoderLayerBase):
     attention for softmax (other ``--encdec-attention-normaliser`` choices: :class:`NormalisedAttention`).
 
     Missing modules are not built: no ``fc1``/``fc2``/``final_layer_norm`` in a simplified layer, no
-    ``self_attn``/``self_attn_layer_norm`` without TEM (attributes are None)."""
+    ``self_attn``/``self_attn_layer_norm`` without TEM (attributes are None).
+
+    Scriptable (``torch.jit.script``, fairseq-sparse-export): the standard layout calls fairseq's own forward
+    under the name ``_fairseq_forward`` (TorchScript compiles no ``super()`` call), and ``standard`` is a
+    TorchScript constant, so a layout without some sub-layers never compiles fairseq's forward (which reads
+    them); the block loop reads each optional sub-layer through a local None check."""
 
     encdec_softmax_cls = MultiheadAttention
+    #: fairseq's TransformerDecoderLayerBase.forward, unchanged, callable from TorchScript
+    _fairseq_forward = TransformerDecoderLayerBase.forward
+    standard: Final[bool]
+    record: Optional[Dict[str, Tensor]]
 
     def __init__(self, cfg, no_encoder_attn=False, add_bias_kv=False, add_zero_attn=False):
         self.blocks = decoder_blocks(getattr(cfg, "decoder_sublayer_order", None),
                                      bool(getattr(cfg, "simplified_decoder", False)))
         super().__init__(cfg, no_encoder_attn, add_bias_kv, add_zero_attn)
+        self.standard = self.blocks == STANDARD_BLOCKS
+        self.block_list: List[str] = list(self.blocks)
         if "ffn" not in self.blocks:
             self.final_layer_norm = None
         if "self" not in self.blocks:  # fairseq's constructor reads self_attn.num_heads: built, then dropped
             self.self_attn = None
             self.self_attn_layer_norm = None
-        self.record: Optional[Dict[str, Tensor]] = None
+        self.record = None
 
     def build_fc1(self, input_dim, output_dim, q_noise, qn_block_size):
         return super().build_fc1(input_dim, output_dim, q_noise, qn_block_size) if "ffn" in self.blocks else None
@@ -133,61 +145,100 @@ class SublayerDecoderLayer(TransformerDecoderLayerBase):
         return f"blocks={','.join(self.blocks)}, normalize_before={self.normalize_before}"
 
     def forward(self, x, encoder_out: Optional[Tensor] = None, encoder_padding_mask: Optional[Tensor] = None,
-                incremental_state=None, prev_self_attn_state=None, prev_attn_state=None,
+                incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
+                prev_self_attn_state: Optional[List[Tensor]] = None, prev_attn_state: Optional[List[Tensor]] = None,
                 self_attn_mask: Optional[Tensor] = None, self_attn_padding_mask: Optional[Tensor] = None,
-                need_attn: bool = False, need_head_weights: bool = False):
-        if self.blocks == STANDARD_BLOCKS and self.record is None:
-            return super().forward(x, encoder_out, encoder_padding_mask, incremental_state, prev_self_attn_state,
-                                   prev_attn_state, self_attn_mask, self_attn_padding_mask, need_attn,
-                                   need_head_weights)
+                need_attn: bool = False,
+                need_head_weights: bool = False) -> Tuple[Tensor, Optional[Tensor], Optional[List[Tensor]]]:
+        if self.standard:
+            if self.record is None:
+                return self._fairseq_forward(x, encoder_out, encoder_padding_mask, incremental_state,
+                                             prev_self_attn_state, prev_attn_state, self_attn_mask,
+                                             self_attn_padding_mask, need_attn, need_head_weights)
         if prev_self_attn_state is not None or prev_attn_state is not None:
             raise NotImplementedError("prev_*_attn_state (ONNX export) needs the standard decoder layout")
-        if self.cross_self_attention or any(m is not None for m in (self.attn_ln, self.c_attn, self.ffn_layernorm,
-                                                                    self.w_resid)):
-            raise NotImplementedError(f"{', '.join(_STANDARD_ONLY)} need fairseq's own decoder layer forward "
-                                      "(the standard layout, nothing recorded)")
+        if (self.cross_self_attention or self.attn_ln is not None or self.c_attn is not None
+                or self.ffn_layernorm is not None or self.w_resid is not None):
+            raise NotImplementedError("cross_self_attention, scale_attn, scale_heads, scale_fc, scale_resids need "
+                                      "fairseq's own decoder layer forward (the standard layout, nothing recorded)")
         if encoder_out is None:
-            raise ValueError(f"decoder layer blocks {self.blocks} need the encoder output")
+            raise ValueError("these decoder layer blocks need the encoder output")
         need_attn = need_attn or need_head_weights
-        attn = None
+        attn: Optional[Tensor] = None
         rec = self.record
-        for i, block in enumerate(self.blocks):
+        n_blocks = len(self.block_list)
+        for i in range(n_blocks):
+            block = self.block_list[i]
             residual = x
+            h = self._block_norm(block, x) if self.normalize_before else x
             if block == "self":
-                norm = self.self_attn_layer_norm
-                h = norm(x) if self.normalize_before else x
-                h, _ = self.self_attn(query=h, key=h, value=h, key_padding_mask=self_attn_padding_mask,
-                                      incremental_state=incremental_state, need_weights=False,
-                                      attn_mask=self_attn_mask)
+                h = self._self_attention(h, incremental_state, self_attn_mask, self_attn_padding_mask)
             elif block == "cross":
-                norm = self.encoder_attn_layer_norm
-                h = norm(x) if self.normalize_before else x
-                h, attn = self.encoder_attn(query=h, key=encoder_out, value=encoder_out,
-                                            key_padding_mask=encoder_padding_mask,
-                                            incremental_state=incremental_state, static_kv=True,
-                                            need_weights=need_attn or (not self.training and self.need_attn),
-                                            need_head_weights=need_head_weights)
+                h, attn = self._encoder_attention(h, encoder_out, encoder_padding_mask, incremental_state, need_attn,
+                                                  need_head_weights)
                 if rec is not None:
                     rec["sem"] = h
             else:
-                norm = self.final_layer_norm
-                h = norm(x) if self.normalize_before else x
-                h = self.fc2(self.activation_dropout_module(self.activation_fn(self.fc1(h))))
+                h = self._ffn(h)
                 if rec is not None:
                     rec["ffn"] = h
             x = self.residual_connection(self.dropout_module(h), residual)
             if not self.normalize_before:
-                x = norm(x)
+                x = self._block_norm(block, x)
             if rec is not None:
                 if block == "self":
                     rec["tem"] = x
                 if block == "ffn":
                     rec["addnorm2"] = x
-                elif i + 1 == len(self.blocks) or self.blocks[i + 1] == "ffn":
+                elif i + 1 == n_blocks or self.block_list[i + 1] == "ffn":
                     rec["addnorm1"] = x  # the last attention block's Add&Norm starts the IFM
         if rec is not None:
             rec["ifm"] = x
         return x, attn, None
+
+    def _block_norm(self, block: str, x: Tensor) -> Tensor:
+        """The LayerNorm of a block (before it with pre-norm, after its residual with post-norm)."""
+        if block == "self":
+            norm = self.self_attn_layer_norm
+            if norm is None:
+                raise ValueError("this layout has no self-attention")
+            return norm(x)
+        if block == "cross":
+            norm = self.encoder_attn_layer_norm
+            if norm is None:
+                raise ValueError("this layer has no encoder-decoder attention")
+            return norm(x)
+        norm = self.final_layer_norm
+        if norm is None:
+            raise ValueError("this layout has no FFN")
+        return norm(x)
+
+    def _self_attention(self, h: Tensor, incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]],
+                        self_attn_mask: Optional[Tensor], self_attn_padding_mask: Optional[Tensor]) -> Tensor:
+        attention = self.self_attn
+        if attention is None:
+            raise ValueError("this layout has no self-attention")
+        h, _ = attention(query=h, key=h, value=h, key_padding_mask=self_attn_padding_mask,
+                         incremental_state=incremental_state, need_weights=False, attn_mask=self_attn_mask)
+        return h
+
+    def _encoder_attention(self, h: Tensor, encoder_out: Tensor, encoder_padding_mask: Optional[Tensor],
+                           incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]], need_attn: bool,
+                           need_head_weights: bool) -> Tuple[Tensor, Optional[Tensor]]:
+        attention = self.encoder_attn
+        if attention is None:
+            raise ValueError("this layer has no encoder-decoder attention")
+        return attention(query=h, key=encoder_out, value=encoder_out, key_padding_mask=encoder_padding_mask,
+                         incremental_state=incremental_state, static_kv=True,
+                         need_weights=need_attn or (not self.training and self.need_attn),
+                         need_head_weights=need_head_weights)
+
+    def _ffn(self, h: Tensor) -> Tensor:
+        fc1 = self.fc1
+        fc2 = self.fc2
+        if fc1 is None or fc2 is None:
+            raise ValueError("this layout has no FFN")
+        return fc2(self.activation_dropout_module(self.activation_fn(fc1(h))))
 
 
 def drop_absent_sublayer_params(model, state_dict, name):

@@ -1,0 +1,149 @@
+"""fairseq-sparse-export: the TorchScript file translates, in a process where fairseq and the plugin cannot be
+imported, to the same hypotheses as fairseq-generate (scores to 1e-4 bits) for every architecture it exports:
+a stock transformer, a physically head-pruned checkpoint and the simplified decoder; --int8 gives the same
+hypotheses as the eager int8 model. Checkpoints: the session's stock transformer (conftest.py), pruned by
+fairseq-sparse-prune-heads, and a simplified decoder trained here."""
+import json
+import math
+import os
+import sys
+
+import pytest
+
+from conftest import TINY_MODEL, USER_DIR, console, fairseq_train, run
+
+GEN = ["--beam", "4", "--max-len-b", "30"]
+
+#: run in a fresh interpreter where fairseq and the plugin cannot be imported: torch alone
+STANDALONE = r"""
+import json, sys
+sys.modules.update({"fairseq": None, "fairseq_cli": None, "fairseq_sparse": None})
+import torch
+path, src = sys.argv[1], sys.argv[2]
+m = torch.jit.load(path)
+lines = open(src, encoding="utf-8").read().splitlines()
+hyps = m.translate([m.encode(line) for line in lines])
+print(json.dumps([[m.decode(h[0]["tokens"]), float(h[0]["score"])] for h in hyps]))
+"""
+
+
+def export(ckpt, out, *extra, check=True):
+    return run([console("fairseq-sparse-export"), "--path", ckpt, "--output", str(out)] + GEN + list(extra),
+               check=check)
+
+
+def fairseq_generate(ckpt, data):
+    """{sentence id: (hypothesis, score in natural log)} of fairseq-generate on the test split."""
+    proc = run([console("fairseq-generate"), data, "--user-dir", USER_DIR, "--path", ckpt, "--gen-subset", "test",
+                "--cpu", "--max-tokens", "2000"] + GEN)
+    hyps = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("H-"):
+            head, score, text = line.split("\t")
+            hyps[int(head[2:])] = (text, float(score) * math.log(2))  # fairseq-generate prints base 2
+    return hyps
+
+
+def standalone(ts, src):
+    proc = run([sys.executable, "-c", STANDALONE, str(ts), src])
+    return json.loads(proc.stdout)
+
+
+def assert_same_as_fairseq_generate(ckpt, corpus, tmp_path, name):
+    ts = tmp_path / f"{name}.ts.pt"
+    export(ckpt, ts)
+    want = fairseq_generate(ckpt, corpus["bin"])
+    got = standalone(ts, os.path.join(corpus["raw"], "test.src"))
+    assert len(got) == len(want) == 60
+    for i, (text, score) in enumerate(got):
+        assert text == want[i][0], f"sentence {i}: exported {text!r} vs fairseq-generate {want[i][0]!r}"
+        assert abs(score - want[i][1]) < 1e-4 * math.log(2), (i, score, want[i][1])
+    return ts
+
+
+@pytest.fixture(scope="module")
+def pruned_ckpt(stock_transformer_ckpt, tmp_path_factory):
+    """The stock checkpoint with 5 of 24 heads cut out (fairseq-sparse-prune-heads --head-mask)."""
+    out = tmp_path_factory.mktemp("pruned")
+    mask = out / "mask.json"
+    mask.write_text(json.dumps({"enc": [[1, 0, 1, 1], [1, 1, 1, 0]], "dec": [[1, 1, 0, 1], [1, 1, 1, 1]],
+                                "encdec": [[0, 1, 1, 1], [1, 1, 0, 1]]}))
+    run([console("fairseq-sparse-prune-heads"), "--path", stock_transformer_ckpt, "--head-mask", str(mask),
+         "--output", str(out / "pruned.pt")])
+    return str(out / "pruned.pt")
+
+
+@pytest.fixture(scope="module")
+def simplified_ckpt(corpus, tmp_path_factory):
+    save = str(tmp_path_factory.mktemp("simplified"))
+    fairseq_train(corpus["bin"], save, ["--arch", "transformer_simplified_decoder", "--criterion",
+                                        "label_smoothed_cross_entropy", "--label-smoothing", "0.1"] + TINY_MODEL,
+                  max_update=200)
+    return os.path.join(save, "checkpoint_last.pt")
+
+
+def test_stock_transformer_exports_to_fairseq_generates_hypotheses(stock_transformer_ckpt, corpus, tmp_path):
+    ts = assert_same_as_fairseq_generate(stock_transformer_ckpt, corpus, tmp_path, "stock")
+    from fairseq_sparse.export import read_metadata
+
+    meta = read_metadata(str(ts))
+    assert meta["arch"] == "transformer" and meta["generation"]["beam"] == 4 and not meta["int8"]
+
+
+def test_head_pruned_checkpoint_exports_to_fairseq_generates_hypotheses(pruned_ckpt, corpus, tmp_path):
+    assert_same_as_fairseq_generate(pruned_ckpt, corpus, tmp_path, "pruned")
+
+
+def test_simplified_decoder_exports_to_fairseq_generates_hypotheses(simplified_ckpt, corpus, tmp_path):
+    assert_same_as_fairseq_generate(simplified_ckpt, corpus, tmp_path, "simplified")
+
+
+def test_int8_export_equals_the_eager_int8_model(pruned_ckpt, corpus, tmp_path):
+    """--int8: every Linear quantised (dynamic); the file's hypotheses are those of the eager quantised model,
+    which needs the fast-path switch (fairseq's fast path reads a quantised Linear's .bias as a tensor)."""
+    import torch
+    from fairseq.sequence_generator import SequenceGenerator
+
+    from fairseq_sparse.cli import common
+    from fairseq_sparse.export import quantise_int8
+
+    ts = tmp_path / "int8.ts.pt"
+    export(pruned_ckpt, ts, "--int8")
+    got = standalone(ts, os.path.join(corpus["raw"], "test.src"))
+    model, _, task = common.load_checkpoint(pruned_ckpt, corpus["bin"])
+    model = quantise_int8(model.eval())
+    assert any(isinstance(m, torch.ao.nn.quantized.dynamic.Linear) for m in model.modules())
+    gen = SequenceGenerator([model], task.target_dictionary, beam_size=4, max_len_b=30)
+    src = task.source_dictionary
+    lines = open(os.path.join(corpus["raw"], "test.src"), encoding="utf-8").read().splitlines()
+    ids = [src.encode_line(line, add_if_not_exist=False).long() for line in lines]
+    width = max(len(s) for s in ids)
+    tokens = torch.full((len(ids), width), src.pad(), dtype=torch.long)
+    for i, s in enumerate(ids):
+        tokens[i, width - len(s):] = s
+    with torch.no_grad():
+        hyps = gen({"net_input": {"src_tokens": tokens, "src_lengths": torch.tensor([len(s) for s in ids])}})
+    want = [task.target_dictionary.string(h[0]["tokens"]) for h in hyps]
+    assert [text for text, _ in got] == want
+
+
+def test_refused_before_any_work(stock_transformer_ckpt, tmp_path):
+    """A missing checkpoint, an existing output without --overwrite, the input as output (even with
+    --overwrite), a model with head gates: one error line, exit 2, nothing written."""
+    out = tmp_path / "x.ts.pt"
+    cases = [
+        (["--path", str(tmp_path / "missing.pt"), "--output", str(out)], "checkpoint not found"),
+        (["--path", stock_transformer_ckpt, "--output", stock_transformer_ckpt, "--overwrite"],
+         "is an input of this command"),
+        (["--path", stock_transformer_ckpt, "--output", str(tmp_path / "no" / "dir.pt")], "directory does not exist"),
+        (["--path", stock_transformer_ckpt, "--output", str(out), "--beam", "0"], "--beam must be >= 1"),
+    ]
+    for argv, message in cases:
+        proc = run([console("fairseq-sparse-export")] + argv, check=False)
+        assert proc.returncode == 2 and message in proc.stderr, (argv, proc.stderr[-2000:])
+        assert "Traceback" not in proc.stderr
+        assert not out.exists()
+    out.write_text("keep me")
+    proc = run([console("fairseq-sparse-export"), "--path", stock_transformer_ckpt, "--output", str(out)], check=False)
+    assert proc.returncode == 2 and "pass --overwrite" in proc.stderr
+    assert out.read_text() == "keep me"
