@@ -79,7 +79,7 @@ def check_size_args(p, args, preset=None):
 
 def add_run_args(p, repeats=3, threads=1):
     """The options of every benchmark's timing: --beam, --repeats, --warmup, --no-memory, --seed, --threads,
-    --clock, --device, --fp16, --json."""
+    --clock, --device, --cpu, --fp16, --json."""
     p.add_argument("--beam", type=int, default=4, help="beam size of the SequenceGenerator (default 4)")
     p.add_argument("--repeats", type=int, default=repeats,
                    help=f"timed rounds per measurement (median reported; default {repeats})")
@@ -91,19 +91,36 @@ def add_run_args(p, repeats=3, threads=1):
     p.add_argument("--clock", default="wall", choices=["wall", "cpu"],
                    help="time behind speeds and ratios: wall clock (default) or the process's CPU time (CPU only; "
                         "steadier on a shared, loaded machine, best with --threads 1)")
-    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--device", default=None, choices=["cpu", "cuda"],
+                   help="default: cuda where torch sees a CUDA device, else cpu (cpu with --clock cpu)")
+    p.add_argument("--cpu", action="store_true", help="the same as --device cpu")
     p.add_argument("--fp16", action="store_true", help="CUDA only: half precision")
     p.add_argument("--json", metavar="OUT", help="write all results here")
+
+
+def resolve_device(p, args):
+    """args.device from --device / --cpu (the tools' rule: cuda where available; cpu with --clock cpu); --device
+    cuda without CUDA refused in one line."""
+    from fairseq_sparse.cli.common import default_device, device_error
+
+    if args.cpu and args.device == "cuda":
+        p.error("--cpu and --device cuda contradict each other: give one")
+    if args.cpu or (args.device is None and args.clock == "cpu"):
+        args.device = "cpu"
+    args.device = args.device or default_device()
+    if device_error(args.device):
+        raise SystemExit(f"{p.prog}: error: {device_error(args.device)}")
 
 
 def check_run_args(p, args):
     """Refuse what the options of :func:`add_run_args` cannot honour, before anything is built or timed."""
     from fairseq_sparse.cli.common import ToolError, check_output_files
 
+    resolve_device(p, args)
     if args.fp16 and args.device != "cuda":
         p.error("--fp16 needs --device cuda")
     if args.clock == "cpu" and args.device != "cpu":
-        p.error("--clock cpu is for CPU runs")
+        p.error("--clock cpu is for CPU runs (--device cpu)")
     check_range(p, "--beam", args.beam, 1, None)
     check_range(p, "--repeats", args.repeats, 1, None)
     check_range(p, "--warmup", args.warmup, 0, None)
@@ -164,7 +181,7 @@ def init_torch(args):
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.device == "cuda" and not torch.cuda.is_available():
+    if args.device == "cuda" and not torch.cuda.is_available():  # a child: the parent checked its options
         raise SystemExit("--device cuda: no CUDA device")
     args.torch_device = torch.device(args.device)
     return torch

@@ -141,7 +141,10 @@ def check_args(p, args):
         print("note: ctranslate2 is not installed (pip install ctranslate2): the CTranslate2 variants are left out")
         asked = [v for v in asked if v not in CT2_VARIANTS]
     if args.device != "cpu" and any(v in asked for v in CT2_VARIANTS):
-        p.error("the CTranslate2 variants run on CPU here: --device cpu, or leave them out of --variants")
+        if args.variants != p.get_default("variants"):
+            p.error("the CTranslate2 variants run on CPU here: --device cpu, or leave them out of --variants")
+        print("note: the CTranslate2 variants run on CPU here: left out on --device cuda")
+        asked = [v for v in asked if v not in CT2_VARIANTS]
     args._variants = [v for v in known if v in asked]
     if args.workdir and os.path.exists(args.workdir) and not os.path.isdir(args.workdir):
         p.error(f"--workdir exists and is not a directory: {args.workdir}")

@@ -85,15 +85,12 @@ def parse_args(argv=None):
     p.add_argument("--sparsity", type=float, default=0.7, help="random model only: fraction of source states pruned")
     bench_common.add_size_args(p, help_prefix="random model: ")
     p.add_argument("--variants", default=",".join(VARIANTS), help="which variants to run (comma list)")
-    p.add_argument("--cpu", action="store_true", help="decode on CPU (the default device)")
     bench_common.add_run_args(p, repeats=3, threads=0)
     p.add_argument("--quick", action="store_true",
                    help="small and fast (about 2.5 minutes on 2 cores): lengths 25,400, batch 5, out-len 30, 2 repeats")
     p.add_argument("--workdir", help="keep the random checkpoint and child outputs here (default: a temp dir)")
     p.add_argument("--_child", help=argparse.SUPPRESS)  # internal: JSON spec of one measurement
     args = p.parse_args(argv)
-    if args.cpu:
-        args.device = "cpu"
     if args.quick:
         bench_common.apply_quick(args, {"batch_size": 5, "out_len": 30, "repeats": 2},
                                  {"lengths": ("25,400,800", "25,400")})

@@ -305,13 +305,13 @@ def bleu_part(args, workdir):
         [os.path.join(BIN, "fairseq-preprocess"), "--source-lang", "src", "--target-lang", "tgt",
          "--trainpref", f"{raw}/train", "--validpref", f"{raw}/valid", "--testpref", f"{raw}/test",
          "--destdir", data, "--joined-dictionary", "--workers", "1"], log, env), log)})
-    from fairseq_sparse.recipe.commands import model_flags
+    from fairseq_sparse.recipe.commands import cpu_flag, model_flags
 
     common = ["--user-dir", USER_DIR, *model_flags(args.bleu_layers, args.bleu_dim, args.bleu_ffn, args.bleu_heads, 0.1),
               "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
               "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "2e-3", "--lr-scheduler", "inverse_sqrt",
               "--warmup-updates", str(max(1, min(200, args.bleu_updates // 5))), "--max-tokens", str(args.bleu_max_tokens),
-              "--max-update", str(args.bleu_updates), "--seed", str(args.seed), "--cpu", "--num-workers", "0",
+              "--max-update", str(args.bleu_updates), "--seed", str(args.seed), *cpu_flag(args), "--num-workers", "0",
               "--no-progress-bar", "--log-format", "simple", "--log-interval", str(args.log_interval),
               "--disable-validation", "--no-epoch-checkpoints", "--no-save-optimizer-state"]
     names = ("standard", "simplified")
@@ -330,7 +330,7 @@ def bleu_part(args, workdir):
         r["gen_cmd"] = [os.path.join(BIN, "fairseq-generate"), data, "--user-dir", USER_DIR,
                         "--path", os.path.join(r["save"], "checkpoint_last.pt"), "--gen-subset", "test",
                         "--beam", "4", "--batch-size", "64", "--required-batch-size-multiple", "1",
-                        "--cpu", "--quiet", "--num-workers", "0"]
+                        *cpu_flag(args), "--quiet", "--num-workers", "0"]
     wait_all({f"fairseq-generate {n}": (run_logged(r["gen_cmd"], r["gen_log"], env), r["gen_log"])
               for n, r in runs.items()})
     return read_logs(runs, args.bleu_test)

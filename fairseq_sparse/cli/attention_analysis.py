@@ -4,7 +4,7 @@ cumulative coverage per decoder layer, and the L0Drop attention analyses of Zhan
     fairseq-sparse-attention-analysis DATA --path CKPT --output-dir DIR [--gen-subset test]
         [--gold ALIGN [--gold-possible ALIGN] [--gold-index-base 0]] [--align-layers all]
         [--bpe-separator @@] [--l0drop | --no-l0drop] [--gates-from L0DROP_CKPT]
-        [--max-sentences N] [--batch-size 32] [--cpu] [--overwrite]
+        [--max-sentences N] [--batch-size 32] [--device cpu|cuda] [--overwrite]
 
 A teacher-forced forward pass over a split (the reference targets as decoder input) captures, with
 forward hooks, every decoder layer's encoder-decoder attention per head (fairseq's slow attention
@@ -225,6 +225,7 @@ def analyse(args, run: SimpleNamespace):
 def main(argv=None):
     args = get_parser().parse_args(argv)
     try:
+        common.check_device(args)
         run = prepare(args)
     except common.ToolError as e:
         common.fail(PROG, str(e))

@@ -56,17 +56,60 @@ def use_cuda(cpu: bool = False) -> bool:
 
 
 # ------------------------------------------------------------------------------------------------
+# the device: one rule for the tools, the recipe and the benchmarks
+
+DEVICES = ("cpu", "cuda")
+
+
+def default_device() -> str:
+    """cuda where torch sees a CUDA device, else cpu."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def device_error(device: str) -> Optional[str]:
+    """Why ``device`` cannot run here (one line), or None."""
+    import torch
+
+    if device == "cuda" and not torch.cuda.is_available():
+        return (f"--device cuda: torch {torch.__version__} sees no CUDA device here (torch.cuda.is_available() "
+                "is False); use --device cpu")
+    return None
+
+
+def add_device_args(parser):
+    """--device {cpu,cuda} (default: cuda where available) and --cpu, the same as --device cpu."""
+    parser.add_argument("--device", choices=DEVICES, default=None,
+                        help="where the model runs (default: cuda where torch sees a CUDA device, else cpu)")
+    parser.add_argument("--cpu", action="store_true", help="the same as --device cpu")
+
+
+def check_device(args) -> str:
+    """Resolve --device / --cpu before any work: args.device 'cpu' or 'cuda', args.cpu to match.
+    ToolError for --device cuda without CUDA, or with --cpu."""
+    if args.cpu and args.device == "cuda":
+        raise ToolError("--cpu and --device cuda contradict each other: give one")
+    device = "cpu" if args.cpu else (args.device or default_device())
+    message = device_error(device)
+    if message:
+        raise ToolError(message)
+    args.device, args.cpu = device, device == "cpu"
+    return device
+
+
+# ------------------------------------------------------------------------------------------------
 # options every tool shares
 
 
 def add_checkpoint_args(parser, path_help="fairseq encoder-decoder transformer checkpoint", path_required=True):
-    """--path, --user-dir, --source-lang, --target-lang, --cpu."""
+    """--path, --user-dir, --source-lang, --target-lang, --device, --cpu."""
     parser.add_argument("--path", required=path_required, metavar="CKPT", help=path_help)
     parser.add_argument("--user-dir", default=None,
                         help="extra fairseq plugin to import (fairseq_sparse is always imported)")
     parser.add_argument("--source-lang", default=None)
     parser.add_argument("--target-lang", default=None)
-    parser.add_argument("--cpu", action="store_true", help="run on the CPU even if CUDA is available")
+    add_device_args(parser)
 
 
 def add_progress_args(parser):

@@ -2,10 +2,10 @@
 
     fairseq-sparse-head-analysis DATA --path CKPT --output-dir DIR [--gen-subset test]
         [--max-sentences N] [--batch-size 32] [--conllu FILE] [--bpe-separator @@]
-        [--rare-min-rank 500] [--positional-threshold 0.9] [--syntactic-margin 0.10] [--cpu] [--overwrite]
+        [--rare-min-rank 500] [--positional-threshold 0.9] [--syntactic-margin 0.10] [--device cpu|cuda] [--overwrite]
 
 Works on any fairseq encoder-decoder transformer checkpoint (stock ``transformer`` or this plugin's
-models, physically pruned ones included), on CUDA when available unless ``--cpu``. The per-head
+models, physically pruned ones included), on CUDA when available unless ``--device cpu``. The per-head
 attention weights of every encoder self-attention layer are captured with forward hooks (fairseq's slow
 attention path is forced with ``skip_embed_dim_check``, which changes nothing else; PyTorch's fast path
 only returns the average over heads). The definitions of confidence, positional, rare-word and
@@ -190,6 +190,7 @@ def add_relevance(result, per_layer, sentences, labels):
 def main(argv=None):
     args = get_parser().parse_args(argv)
     try:
+        common.check_device(args)
         check_args(args)
         parses = read_parses(args)
         model, cfg, task, dataset = load(args)

@@ -547,6 +547,7 @@ def cmd_prune_curve(args, sess):
 def main(argv=None):
     args = get_parser().parse_args(argv)
     try:
+        common.check_device(args)
         check_options(args)
         check_inputs(args)
         check_outputs(args)

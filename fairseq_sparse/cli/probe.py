@@ -2,7 +2,7 @@
 
     fairseq-sparse-probe DATA --path CKPT --output-dir DIR [--probe source,target] [--modules all]
         [--layers all] [--train-subset train] [--valid-subset valid] [--max-updates 2000] [--max-epochs 1]
-        [--max-tokens 4096] [--lr 1e-3] [--probe-embed-dim D] [--compare OTHER/probe.json] [--cpu]
+        [--max-tokens 4096] [--lr 1e-3] [--probe-embed-dim D] [--compare OTHER/probe.json] [--device cpu|cuda]
 
 Freezes the checkpoint (any fairseq encoder-decoder transformer: stock ``transformer``, ours, a
 simplified decoder, another sub-layer order), reads the representation of every decoder module (TEM,
@@ -212,6 +212,7 @@ def run_probes(args, model, cfg, task, layer_ids, modules, recorder, train_set, 
 def main(argv=None):
     args = get_parser().parse_args(argv)
     try:
+        common.check_device(args)
         kinds, wanted_modules, compare = validate(args)
         model, cfg, task, layer_ids, modules, recorder, train_set, valid_set = load(args, wanted_modules)
         settings = probe_settings(args, cfg, model)

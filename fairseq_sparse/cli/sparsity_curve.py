@@ -3,7 +3,7 @@ curve of Zhang, Titov & Sennrich (2021) Fig. 4 (L0Drop) and Voita et al. (2019) 
 
     fairseq-sparse-sparsity-curve DATA --user-dir fairseq_sparse (--checkpoints C1.pt C2.pt ... | --save-dir DIR) \\
         [--baseline BASE.pt] --gen-subset test --beam 5 --remove-bpe [--max-sentences N] \\
-        --output-prefix OUT [--function-words FILE] [--overwrite] [--cpu]
+        --output-prefix OUT [--function-words FILE] [--overwrite] [--device cpu|cuda]
 
 Train with a schedule, e.g. ``--l0drop-target-sparsity 0.2,0.4,0.6 --sparsity-target-hold-updates 300
 --save-interval-updates 300 --max-update 900``; ``--save-dir`` then takes the checkpoints saved at the end
@@ -57,7 +57,7 @@ def _model_args(p):
                    help="extra fairseq plugin to import (fairseq_sparse is always imported)")
     g.add_argument("--source-lang", default=None)
     g.add_argument("--target-lang", default=None)
-    g.add_argument("--cpu", action="store_true", help="run on the CPU even if CUDA is available")
+    common.add_device_args(g)
 
 
 def _bleu_args(p):
@@ -294,6 +294,7 @@ def print_table(rows):
 def main(argv=None):
     args = get_parser().parse_args(argv)
     try:
+        common.check_device(args)
         check_options(args)
         paths, function_words = check_inputs_and_outputs(args)
         sess = common.Session(args)  # imports the plugins: the checkpoints' classes

@@ -40,8 +40,13 @@ def position_flags(a):
             "--max-target-positions", str(a.max_target_positions)]
 
 
+def cpu_flag(a):
+    """fairseq's --cpu under --device cpu; none under cuda (fairseq's own device selection)."""
+    return ["--cpu"] if a.device == "cpu" else []
+
+
 def common_train_flags(a, epoch_checkpoints=False):
-    return (["--max-tokens", str(a.max_tokens), "--seed", str(a.seed), "--cpu", "--num-workers", "0",
+    return (["--max-tokens", str(a.max_tokens), "--seed", str(a.seed)] + cpu_flag(a) + ["--num-workers", "0",
              "--skip-invalid-size-inputs-valid-test"] + position_flags(a)
             + ["--required-batch-size-multiple", "1", "--log-format", "json", "--log-interval", "50"]
             + ([] if epoch_checkpoints else ["--no-epoch-checkpoints"]))
@@ -105,7 +110,7 @@ def distill_flags(a):
 def decoding_flags(a):
     """The BLEU decoding of this package's tools (head importance, sparsity curve): they take the length penalty
     and the length bounds of fairseq-generate, not --min-len or --no-repeat-ngram-size."""
-    return ["--beam", str(a.beam), "--batch-size", str(a.batch_size), "--cpu", "--lenpen", str(a.lenpen),
+    return ["--beam", str(a.beam), "--batch-size", str(a.batch_size), "--device", a.device, "--lenpen", str(a.lenpen),
             "--max-len-a", str(a.max_len_a), "--max-len-b", str(a.max_len_b)]
 
 
@@ -121,7 +126,8 @@ def generate(a, data, key, checkpoint, overrides=None):
     """fairseq-generate of a checkpoint on the test split, every sentence (the last partial batch included)."""
     cmd = ([tool("fairseq-generate"), data, "--user-dir", USER_DIR, "--path", checkpoint, "--gen-subset", "test"]
            + task_flags(key) + lang_flags(a) + ["--beam", str(a.beam), "--batch-size", str(a.batch_size),
-                                                "--required-batch-size-multiple", "1", "--cpu"] + generation_flags(a))
+                                                "--required-batch-size-multiple", "1"] + cpu_flag(a)
+           + generation_flags(a))
     cmd += (["--remove-bpe"] if a.bpe_merges else []) + (["--tokenizer", "moses"] if a.tokenizer == "moses" else [])
     return cmd + (["--model-overrides", overrides] if overrides else [])
 
@@ -131,14 +137,14 @@ def generate_train_shard(a, data, beam, shard, shards):
     shard, shard + shards, ...), in BPE pieces: the targets of sequence-level distillation."""
     return ([tool("fairseq-generate"), data, "--user-dir", USER_DIR, "--path", "baseline/checkpoint_best.pt",
              "--gen-subset", "train", "--beam", str(beam), "--batch-size", str(a.batch_size),
-             "--required-batch-size-multiple", "1", "--cpu", "--distributed-world-size", str(shards),
+             "--required-batch-size-multiple", "1"] + cpu_flag(a) + ["--distributed-world-size", str(shards),
              "--distributed-rank", str(shard)] + lang_flags(a) + generation_flags(a))
 
 
 def attention_analysis(a, data, name):
     cmd = [tool("fairseq-sparse-attention-analysis"), data, "--user-dir", USER_DIR, "--path",
            f"{name}/checkpoint_last.pt", "--gen-subset", "test", "--output-dir", f"{name}/attention",
-           "--overwrite", "--cpu", "--no-progress-bar", "--example-maps", "3",
+           "--overwrite", "--device", a.device, "--no-progress-bar", "--example-maps", "3",
            "--bpe-separator", "@@" if a.bpe_merges else ""] + lang_flags(a)
     return cmd + (["--gold", os.path.abspath(a.gold_alignments)] if a.gold_alignments else [])
 

@@ -21,7 +21,8 @@ class Evaluation:
     def decoding_settings(self, overrides=None):
         a, metric = self.a, scorer_identity(self.a.metric, self.a.rouge_impl)  # ROUGE's scorer by name: a new one scores anew
         return {"beam": a.beam, "batch_size": a.batch_size, "metric": metric, "tokenizer": a.tokenizer,
-                "bpe": bool(a.bpe_merges), "overrides": overrides, **decoding_changes(a)}
+                "bpe": bool(a.bpe_merges), "overrides": overrides, **decoding_changes(a),
+                **({"device": a.device} if a.device != "cpu" else {})}  # CPU decodings keep their key
 
     def generate(self, key, checkpoint, overrides=None):
         """Score (BLEU: sacrebleu, 13a on Moses-detokenised text, or on the tokens with --tokenizer none; or ROUGE-L

@@ -4,6 +4,7 @@ import importlib.util
 import math
 import os
 
+from ..cli.common import DEVICES, default_device, device_error
 from .methods import DEFAULT_STEPS, STEPS
 
 SPLITS = ("train", "valid", "test")
@@ -31,6 +32,10 @@ def _general(p):
                         "'pattern_pos', which tags the source side with spaCy, an optional extra, and "
                         "'l0drop_layers', 'simplified_control', 'composed')")
     p.add_argument("--quiet", action="store_true", help="do not echo fairseq-train's progress lines")
+    p.add_argument("--device", choices=DEVICES, default=default_device(),
+                   help="where fairseq-train, fairseq-generate, the tools and the benchmarks run (the default: cuda "
+                        "where torch sees a CUDA device, else cpu); cuda: fairseq's own device selection (every "
+                        "visible GPU in fairseq-train)")
 
 
 def _data(p):
@@ -166,6 +171,8 @@ def get_parser():
 def parse_args(argv=None):
     p = get_parser()
     args = p.parse_args(argv)
+    if device_error(args.device):  # one line, not the usage: the machine, not the command, lacks something
+        fail(device_error(args.device))
     for check in (_check_langs, _check_ranges, _check_decoding, _check_lists, _check_files, _check_scorer):
         message = check(args)
         if message:

@@ -9,10 +9,16 @@ from .workdir import REPO, load_json
 BENCHMARKS = os.path.join(REPO, "benchmarks")
 
 
+def timing_flags(a):
+    """The benchmarks' timing: one thread and CPU time on the CPU (steadier on a shared machine); the wall clock,
+    CUDA synchronised, on a GPU."""
+    clock = ["--threads", "1", "--clock", "cpu"] if a.device == "cpu" else ["--clock", "wall"]
+    return ["--device", a.device] + clock + ["--repeats", str(a.speed_repeats), "--beam", str(a.beam), "--no-memory"]
+
+
 def benchmark_runs(a, wd, data):
     """(name, whether its model is ready, benchmark command line) of each benchmark the recipe runs."""
-    timing = ["--threads", "1", "--clock", "cpu", "--repeats", str(a.speed_repeats), "--beam", str(a.beam),
-              "--no-memory"]
+    timing = timing_flags(a)
     with open(os.path.join(data, f"dict.{a.source_lang}.txt")) as f:
         vocab = sum(1 for _ in f) + 4
     shapes = ["--layers", str(a.layers), "--dim", str(a.embed_dim), "--heads", str(a.heads), "--ffn",

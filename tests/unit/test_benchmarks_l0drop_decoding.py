@@ -18,7 +18,7 @@ from conftest import REPO
     (["--variants", "pruned,fast"], "--variants"),
     (["--path", "NO.pt", "--data", "."], "checkpoint not found"),
     (["--path", "NO.pt"], "--path and --data go together"),
-    (["--fp16"], "--fp16 needs --device cuda"),
+    (["--device", "cpu", "--fp16"], "--fp16 needs --device cuda"),
     (["--json", "NO/x.json"], "directory does not exist"),
     (["--dim", "60", "--heads", "8"], "not a multiple"),
     (["--repeats", "0"], "--repeats"),
