@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: create or reuse .venv (scripts/setup_env.sh), then run both test tiers: tests/unit
 # (pure tensors and in-process models, under 3 minutes) then tests/e2e (console scripts and training).
-# `scripts/test.sh --fast` runs tests/unit only; other arguments pass through to pytest.
+# `scripts/test.sh --fast` runs tests/unit only; other arguments pass through to pytest. -rs: every skip's
+# reason in the summary (the cuda-marked tests skip where torch sees no CUDA device).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup_env.sh
@@ -10,4 +11,4 @@ args=()
 for a in "$@"; do
     if [[ "$a" == "--fast" ]]; then tiers=(tests/unit); else args+=("$a"); fi
 done
-exec .venv/bin/python -m pytest -q "${tiers[@]}" ${args[@]+"${args[@]}"}
+exec .venv/bin/python -m pytest -q -rs "${tiers[@]}" ${args[@]+"${args[@]}"}

@@ -1,5 +1,6 @@
 """Shared fixtures: a tiny synthetic corpus binarised with fairseq-preprocess, and small checkpoints
-trained with the real fairseq-train console script (session-scoped, built once per test run)."""
+trained with the real fairseq-train console script (session-scoped, built once per test run); the ``cuda``
+marker: such tests skip, with the reason, where torch sees no CUDA device."""
 import os
 import shutil
 import subprocess
@@ -22,6 +23,31 @@ TRAIN_COMMON = [
     "--max-tokens", "3000", "--log-interval", "50", "--no-epoch-checkpoints", "--cpu", "--seed", "1",
     "--no-progress-bar", "--num-workers", "0",
 ]
+
+
+# the CPU, and CUDA as a parameter marked cuda (skipped without a GPU): @pytest.mark.parametrize("device", DEVICES)
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
+
+
+def cuda_skip_reason():
+    """Why the cuda-marked tests skip here, or None where torch sees a CUDA device."""
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    return f"needs a CUDA device: torch {torch.__version__} sees none (torch.cuda.is_available() is False)"
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "cuda: needs a CUDA device; skipped, with the reason, where torch sees none")
+
+
+def pytest_collection_modifyitems(config, items):
+    reason = cuda_skip_reason()
+    if reason:
+        for item in items:
+            if item.get_closest_marker("cuda"):
+                item.add_marker(pytest.mark.skip(reason=reason))
 
 
 def console(name):

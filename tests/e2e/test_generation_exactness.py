@@ -2,7 +2,8 @@
 gives the same hypotheses, scores and (source-position) attention as the uncompressed gated model,
 and, with every gate open, as a stock fairseq ``transformer`` with the same weights.
 
-Everything runs in-process on the ``l0drop_ckpt`` fixture (fine-tuned with the real fairseq-train).
+Everything runs in-process on the ``l0drop_ckpt`` fixture (fine-tuned with the real fairseq-train); the
+pruned-decoding tests on the CPU and, marked ``cuda``, on a GPU.
 """
 import copy
 import math
@@ -10,11 +11,12 @@ import warnings
 
 import pytest
 import torch
-from fairseq import checkpoint_utils
+from fairseq import checkpoint_utils, utils
 from fairseq.models.transformer import TransformerModel
 from fairseq.sequence_generator import SequenceGenerator
 
 import fairseq_sparse  # noqa: F401  (registers the model)
+from conftest import DEVICES
 
 LN11 = math.log(11.0)
 SCORE_TOL = 1e-4
@@ -179,10 +181,16 @@ def test_checkpoint_gates_are_mixed(model, task):
     assert 0.0 < sparsity(model, sample) == s < 1.0
 
 
+def on_device(model, sample, device):
+    """The model and the sample on ``device``."""
+    return model.to(device), utils.move_to_device(sample, torch.device(device))
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dropped_as", ["zero", "mask"])
 @pytest.mark.parametrize("beam", [1, 4])
-def test_pruned_decoding_is_exact(model, task, beam, dropped_as):
-    sample = mixed_batch(task)
+def test_pruned_decoding_is_exact(model, task, beam, dropped_as, device):
+    model, sample = on_device(model, mixed_batch(task), device)
     make_mixed(model, sample)
     pruned, full = pruned_vs_unpruned(model, task, sample, beam, dropped_as)
     assert all(len(h) == beam for h in pruned)
@@ -192,7 +200,7 @@ def test_pruned_decoding_is_exact(model, task, beam, dropped_as):
     pad = sample["net_input"]["src_tokens"].eq(model.encoder.padding_idx)
     for i, hyps in enumerate(pruned):
         attn = hyps[0]["attention"]  # src_len x tgt_len
-        assert torch.allclose(attn.sum(0), torch.ones(attn.size(1)), atol=1e-5)
+        assert torch.allclose(attn.sum(0), torch.ones(attn.size(1), device=attn.device), atol=1e-5)
         assert (attn[pad[i]] == 0).all()
 
 
@@ -257,14 +265,15 @@ def test_open_gates_equal_stock_transformer(loaded, model, task, beam):
             assert_same_hypos(generate(model, task, sample, beam), ref)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dropped_as", ["zero", "mask"])
-def test_between_layers_pruned_decoding_is_exact(l0drop_ckpt, corpus, dropped_as):
+def test_between_layers_pruned_decoding_is_exact(l0drop_ckpt, corpus, dropped_as, device):
     """--l0drop-between-layers: states dropped after layer 1 stay dropped; pruned decoding agrees."""
     model, cfg, task = load(l0drop_ckpt, corpus["bin"], l0drop_between_layers=True)
+    model, sample = on_device(model, mixed_batch(task), device)
     enc = model.encoder
     assert enc.layer_l0drops is not None and len(enc.layer_l0drops) == len(enc.layers) - 1
     enc.dropped_as = dropped_as
-    sample = mixed_batch(task)
     drop_fraction(model, enc.layer_l0drops[0], sample, 0.3, seed=1)
     # capture which states the between-layer gate dropped
     seen = []

@@ -8,6 +8,7 @@ import pytest
 import torch
 from fairseq.modules import MultiheadAttention
 
+from conftest import DEVICES
 from fairseq_sparse.modules.count_attention import CountAwareAttention
 from fairseq_sparse.modules.hard_concrete import HardConcrete
 from fairseq_sparse.modules.l0drop import L0Drop, compress, expand_attention
@@ -419,9 +420,10 @@ def encoder_rows_seen(model, src, lengths):
     return out, rows, {k: (int(n), int(d)) for k, (n, d) in stats.items() if k.endswith("sparsity")}
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dropped_as", ["zero", "mask"])
 @pytest.mark.parametrize("normalize_before", [False, True])
-def test_compacted_encoder_equals_the_gated_one(dropped_as, normalize_before):
+def test_compacted_encoder_equals_the_gated_one(dropped_as, normalize_before, device):
     """Zhang, Titov & Sennrich (2021) Sec. 6 made physical: states dropped after layer k leave layers k+1..;
     the memory, its counts, the gates at the original positions, the sparsity statistics and the decoder's
     output equal those of the uncompacted gated encoder (3 layers: two compactions compose)."""
@@ -435,6 +437,7 @@ def test_compacted_encoder_equals_the_gated_one(dropped_as, normalize_before):
             gate.log_alpha_proj.bias.fill_(-3.0)  # a quarter to a half of the states close at each gate
     src, lengths = mixed_length_batch()
     prev = torch.randint(4, 24, (src.size(0), 5), generator=g)
+    model, src, lengths, prev = model.to(device), src.to(device), lengths.to(device), prev.to(device)
     out, rows, stats = encoder_rows_seen(model, src, lengths)
     with torch.no_grad():
         dec = model.decoder(prev, encoder_out=out)[0]

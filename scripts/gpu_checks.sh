@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Every GPU check in one command, on a GPU machine with no network (docs/gpu.md; ../shared/GPU.md):
+#   1. install: a venv over the machine's own Python and torch (--system-site-packages), the wheels and sdists
+#      of wheelhouse/ (scripts/gpu_wheelhouse.sh, run where there is network), fairseq-fixed compiled from its
+#      sdist against that torch (--no-build-isolation), this package (--no-deps); skipped when the venv works
+#   2. tests: the cuda-marked tests of both tiers (pytest -m cuda -rs)
+#   3. bench: the GPU benchmarks, fp16, transformer-base sizes: batch 1 and 64, source lengths 25/400/1000, beam 4
+# and writes one report folder, $OUT if set (the device tool's), else gpu_report/: device.json (GPU, torch, CUDA,
+# Python, commit, date), pip.txt, pytest.txt, bench/*.json and bench/*.txt, gpu_checks.log, summary.txt.
+#
+#   scripts/gpu_checks.sh [STAGE ...]     # stages: install tests bench (default: all three, in this order)
+#   QUICK=1 scripts/gpu_checks.sh bench   # the benchmarks with fewer repeats and lengths (a first look)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+REPORT=$(mkdir -p "${OUT:-gpu_report}" && cd "${OUT:-gpu_report}" && pwd)
+VENV=${GPU_VENV:-/tmp/fairseq-sparse-gpu-venv}
+WHEELHOUSE=${WHEELHOUSE:-wheelhouse}
+PY="$VENV/bin/python"
+STAGES=("$@")
+[[ ${#STAGES[@]} -gt 0 ]] || STAGES=(install tests bench)
+exec > >(tee -a "$REPORT/gpu_checks.log") 2>&1
+
+note() { echo "$*" | tee -a "$REPORT/summary.txt"; }
+
+make_venv() {
+    # the machine's torch and the rest of its packages stay visible; console scripts land in $VENV/bin, where
+    # the tests look for them (next to sys.executable)
+    python3 -m venv --system-site-packages "$VENV" || python3 -m venv --system-site-packages --without-pip "$VENV"
+    [[ -x "$VENV/bin/pip" ]] || { echo "no pip in $VENV: python3 -m ensurepip is missing"; return 1; }
+}
+
+venv_works() {
+    [[ -x "$PY" ]] && "$PY" -c "import fairseq, fairseq_sparse, torch" 2>/dev/null
+}
+
+install() {
+    if venv_works; then note "install: $VENV works already; skipped"; return 0; fi
+    [[ -d "$WHEELHOUSE" ]] || { note "install: no $WHEELHOUSE/ (run scripts/gpu_wheelhouse.sh, carry it)"; return 1; }
+    make_venv || return 1
+    local pip=("$PY" -m pip install --no-index --find-links "$WHEELHOUSE")
+    "${pip[@]}" setuptools wheel || return 1
+    # every wheel and sdist but fairseq's, by name: pip resolves them against what the machine has
+    local names
+    names=$(ls "$WHEELHOUSE" | grep -v '^fairseq' | sed -E 's/(-|_)[0-9].*$//' | sort -u)
+    "${pip[@]}" --no-build-isolation $names || return 1
+    MAX_JOBS=${MAX_JOBS:-16} "${pip[@]}" --no-deps --no-build-isolation "$WHEELHOUSE"/fairseq_fixed-*.tar.gz || return 1
+    "${pip[@]}" --no-deps --no-build-isolation -e . || return 1
+    "$PY" -m pip check > "$REPORT/pip.txt" 2>&1 || note "install: pip check reports missing dependencies ($REPORT/pip.txt)"
+    "$PY" -m pip list >> "$REPORT/pip.txt" 2>&1
+    venv_works && note "install: done"
+}
+
+device_facts() {
+    "$PY" - "$REPORT/device.json" <<'EOF'
+import datetime, json, platform, subprocess, sys
+import torch
+facts = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "python": platform.python_version(),
+         "torch": torch.__version__, "cuda": torch.version.cuda, "cuda_available": torch.cuda.is_available(),
+         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+         "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()}
+json.dump(facts, open(sys.argv[1], "w"), indent=1)
+print(facts)
+EOF
+}
+
+tests() {
+    "$PY" -m pytest -q -rs -m cuda -p no:cacheprovider tests/unit tests/e2e --junitxml "$REPORT/pytest.xml" \
+        2>&1 | tee "$REPORT/pytest.txt"
+    note "tests: $(tail -1 "$REPORT/pytest.txt")"
+}
+
+bench_one() {
+    # NAME SCRIPT ARGS...: one benchmark run, its table in bench/NAME.txt and its JSON in bench/NAME.json
+    local name=$1 script=$2; shift 2
+    "$PY" "benchmarks/$script" --device cuda --fp16 --json "$REPORT/bench/$name.json" "$@" \
+        > "$REPORT/bench/$name.txt" 2>&1
+    note "bench $name: exit $? ($script $*)"
+}
+
+bench() {
+    mkdir -p "$REPORT/bench"
+    local lengths=25,400,1000 repeats=3
+    [[ -n "${QUICK:-}" ]] && lengths=25,400 repeats=1
+    for batch in 1 64; do
+        bench_one "l0drop_b$batch" l0drop_decoding.py --lengths $lengths --batch-size $batch --beam 4 --repeats $repeats
+        bench_one "composed_b$batch" composed.py --size base --lengths $lengths --batch-size $batch --beam 4 \
+            --repeats $repeats
+    done
+    for len in ${lengths//,/ }; do
+        bench_one "heads_len$len" head_pruning.py --batch-sizes 1,64 --src-len "$len" --beam 4 --repeats $repeats
+        bench_one "simplified_len$len" simplified_decoder.py --no-bleu --batch-size 64 --src-len "$len" --beam 4 \
+            --repeats $repeats
+    done
+}
+
+for stage in "${STAGES[@]}"; do
+    echo "== $stage ($(date +%T))"
+    case $stage in
+        install) install || { note "install failed: see $REPORT/gpu_checks.log"; exit 1; } ;;
+        tests) device_facts; tests ;;
+        bench) device_facts; bench ;;
+        *) echo "unknown stage $stage (install, tests, bench)"; exit 2 ;;
+    esac
+done
+note "report: $REPORT"
