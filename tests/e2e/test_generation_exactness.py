@@ -183,7 +183,7 @@ def test_checkpoint_gates_are_mixed(model, task):
 
 def on_device(model, sample, device):
     """The model and the sample on ``device``."""
-    return model.to(device), utils.move_to_device(sample, torch.device(device))
+    return model.to(device), utils.apply_to_sample(lambda t: t.to(device), sample)
 
 
 @pytest.mark.parametrize("device", DEVICES)
