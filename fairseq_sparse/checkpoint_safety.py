@@ -10,6 +10,7 @@ The checkpoint readers of the tools, the recipe and the benchmarks are here too:
 (:func:`read_state`), its update count and its model and criterion options, without building a model.
 """
 import argparse
+import os
 from typing import Mapping, Optional
 
 import numpy as np
@@ -84,6 +85,12 @@ def model_options(state: Mapping) -> dict:
     return _options(state, "model")
 
 
+def data_dir(state: Mapping) -> str:
+    """The first data directory the checkpoint was trained on (its dictionaries), or '' where it names none."""
+    data = _options(state, "task").get("data")
+    return str(data).split(os.pathsep)[0] if data else ""
+
+
 def _dictionary_symbols(path: str):
     with open(path, encoding="utf-8") as f:
         return [line.split(" ", 1)[0] for line in f]
@@ -93,8 +100,6 @@ def check_teacher_checkpoint(path: str, task) -> None:
     """ValueError unless PATH is a readable fairseq checkpoint whose embedding tables have the sizes of
     ``task``'s dictionaries, and, where the teacher's training data directory still exists, the same
     dictionary files (a distillation teacher must predict over the student's vocabulary)."""
-    import os
-
     if not os.path.isfile(path):
         raise ValueError(f"--distill-teacher {path}: no such file")
     try:
@@ -107,10 +112,10 @@ def check_teacher_checkpoint(path: str, task) -> None:
         if weight is not None and weight.size(0) != len(dictionary):
             raise ValueError(f"--distill-teacher {path}: its {side} has {weight.size(0)} embeddings but the data's "
                              f"dictionary has {len(dictionary)} symbols; the teacher must use the data's dictionaries")
-    task_options = _options(state, "task")
-    data, src, tgt = (task_options.get(k) for k in ("data", "source_lang", "target_lang"))
+    task_options, data = _options(state, "task"), data_dir(state)
+    src, tgt = task_options.get("source_lang"), task_options.get("target_lang")
     for lang, dictionary in ((src, task.source_dictionary), (tgt, task.target_dictionary)):
-        theirs = os.path.join(str(data).split(os.pathsep)[0], f"dict.{lang}.txt") if data and lang else None
+        theirs = os.path.join(data, f"dict.{lang}.txt") if data and lang else None
         if theirs and os.path.isfile(theirs) and _dictionary_symbols(theirs) != dictionary.symbols[dictionary.nspecial:]:
             raise ValueError(f"--distill-teacher {path} was trained with the dictionary {theirs}, which differs from "
                              "the data's; the teacher must use the data's dictionaries")

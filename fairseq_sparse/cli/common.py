@@ -25,6 +25,13 @@ class ToolError(ValueError):
 # process set-up and errors
 
 
+def doc_parser(prog: str, doc: str) -> argparse.ArgumentParser:
+    """A tool's parser: its module docstring's first paragraph as the description, the rest as the epilog."""
+    paragraphs = doc.split("\n\n")
+    return argparse.ArgumentParser(prog=prog, description=paragraphs[0], epilog="\n\n".join(paragraphs[1:]),
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
 def setup_logging():
     """fairseq-style INFO logs on stderr. force: importing fairseq's models (wav2vec) already configured the
     root logger at DEBUG level."""

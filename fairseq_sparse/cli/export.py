@@ -11,12 +11,11 @@ reason: L0Drop (not scriptable yet), models with head gates (prune them first), 
 normalisers and the coverage model. --int8: dynamic int8 quantisation of every linear layer. docs/deployment.md
 says how to load and call the file.
 """
-import argparse
 import hashlib
 import logging
 import os
 
-from ..checkpoint_safety import model_options, read_state
+from ..checkpoint_safety import data_dir, model_options, read_state
 from . import common
 
 logger = logging.getLogger("fairseq_sparse.export")
@@ -26,12 +25,7 @@ PROG = "fairseq-sparse-export"
 def get_parser():
     from ..export import GENERATION_DEFAULTS as D
 
-    p = argparse.ArgumentParser(
-        prog=PROG,
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="\n\n".join(__doc__.split("\n\n")[1:]),
-    )
+    p = common.doc_parser(PROG, __doc__)
     p.add_argument("--path", required=True, metavar="CKPT", help="checkpoint to export")
     p.add_argument("--output", required=True, metavar="FILE", help="the TorchScript file to write")
     p.add_argument("--data", metavar="DIR",
@@ -84,16 +78,6 @@ def validate(args) -> dict:
     return state
 
 
-def checkpoint_data(state) -> str:
-    """The data directory the checkpoint was trained with (its dictionaries)."""
-    cfg = state.get("cfg") or {}
-    task = cfg.get("task") if cfg else None
-    data = (task or {}).get("data") if task is not None else None
-    if data is None and state.get("args") is not None:
-        data = getattr(state["args"], "data", None)
-    return str(data).split(os.pathsep)[0] if data else ""
-
-
 def sha256(path: str) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -108,7 +92,7 @@ def main(argv=None):
     args = get_parser().parse_args(argv)
     try:
         state = validate(args)
-        data = args.data or checkpoint_data(state)
+        data = args.data or data_dir(state)
         if not os.path.isdir(data):
             raise common.ToolError(f"the checkpoint's data directory {data or '(none)'} is gone: pass --data DIR "
                                    "with its dictionaries")

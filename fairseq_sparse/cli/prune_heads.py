@@ -13,7 +13,6 @@ heads; the kept head ids go into the checkpoint's model args (``--kept-heads``),
 ``fairseq-generate --user-dir fairseq_sparse --path pruned.pt`` builds the smaller model. A stock
 ``transformer`` checkpoint is exported as ``transformer_head_gates`` without gates.
 """
-import argparse
 import json
 import logging
 import os
@@ -28,12 +27,7 @@ PROG = "fairseq-sparse-prune-heads"
 
 
 def get_parser():
-    p = argparse.ArgumentParser(
-        prog=PROG,
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="\n\n".join(__doc__.split("\n\n")[1:]),
-    )
+    p = common.doc_parser(PROG, __doc__)
     p.add_argument("--path", required=True, metavar="CKPT", help="checkpoint to prune")
     p.add_argument("--output", required=True, metavar="FILE", help="where to write the pruned checkpoint")
     p.add_argument("--head-mask", metavar="JSON", help="head mask {\"enc\": [[1, 0, ...], ...], \"dec\": ..., "

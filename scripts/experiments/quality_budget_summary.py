@@ -31,13 +31,19 @@ def runs(out):
     return found
 
 
-def rows(found):
-    """Markdown rows: method, distillation, updates, then per seed control / method / gap (p) / sparsity."""
-    table = {}
+def budget_points(found):
+    """(method, distill weight, seed, budget point) of every run's budget table."""
     for distill, seed, results in found:
         for method, points in results["budget"].items():
             for p in points:
-                table.setdefault((method, distill, p["updates"]), {})[seed] = p
+                yield method, distill, seed, p
+
+
+def rows(found):
+    """Markdown rows: method, distillation, updates, then per seed control / method / gap (p) / sparsity."""
+    table = {}
+    for method, distill, seed, p in budget_points(found):
+        table.setdefault((method, distill, p["updates"]), {})[seed] = p
     lines = []
     for (method, distill, updates), by_seed in sorted(table.items()):
         cells = [f"{p['control_score']:.2f} / {p['score']:.2f} / {p['gap']:+.2f} (p = {p['p_value']}) / "
@@ -51,10 +57,8 @@ def rows(found):
 def series(found):
     """(label, updates, mean gap over seeds) per method and distillation weight, for the plot."""
     gaps = {}
-    for distill, _, results in found:
-        for method, points in results["budget"].items():
-            for p in points:
-                gaps.setdefault((method, distill), {}).setdefault(p["updates"], []).append(p["gap"])
+    for method, distill, _, p in budget_points(found):
+        gaps.setdefault((method, distill), {}).setdefault(p["updates"], []).append(p["gap"])
     return [(f"{method}, KD {distill:g}" if distill else f"{method}, no KD", sorted(by_u),
              [statistics.mean(by_u[u]) for u in sorted(by_u)]) for (method, distill), by_u in sorted(gaps.items())]
 
