@@ -45,6 +45,18 @@ is counted at 1 / beam of stock's (it is bound by reading the keys and values on
 the speed-up if the removed work cost nothing and everything else stayed (an upper bound under proportional
 costs). r is measured: the rows each encoder layer ran over and the memory the decoder attended to.
 
+Bytes-per-step model of each variant (fairseq_sparse/analysis/decoding_traffic.py; the roofline idea of
+Williams, Waterman & Patterson 2009): per decoding step, the bytes of the decoder weights, the
+encoder-decoder keys and values (per hypothesis, or per sentence where the memory is shared), the
+self-attention keys and values and the logits, read at the memory bandwidth, or the step's FLOPs at the peak
+rate where that is slower; plus the encoder and the memory's projection once. "bytes" counts the reads any
+decoder must do, "+copies" adds the copies fairseq's generator makes every step (cache concatenation and
+reordering, the stock encoder output's reordering). Each variant's structure as measured (rows, memory,
+heads, FFNs, shared memory); the bandwidth (a large tensor copy) and peak rate (a large matmul) are measured
+in each timing child with the run's clock, or given (--bandwidth-gbs, --peak-tflops). The model has no
+per-operation overhead: where that dominates (small batches, small models, the CPU) it predicts too little
+time and ratios too far from 1.
+
 Usage:
   python benchmarks/composed.py --threads 1 --clock cpu                 # small model, 25/400/800 tokens
   python benchmarks/composed.py --quick --threads 1 --clock cpu         # smoke run, a few minutes
@@ -53,6 +65,7 @@ Usage:
 import argparse
 import importlib.util
 import json
+import math
 import os
 import sys
 import time
@@ -99,6 +112,12 @@ def parse_args(argv=None):
                    help="comma list; the CTranslate2 variants are left out with a note when ctranslate2 is not "
                         "installed, unless named here")
     bench_common.add_run_args(p, repeats=3, threads=1)
+    p.add_argument("--bandwidth-gbs", type=float,
+                   help="memory bandwidth for the bytes-per-step model, GB/s (default: measured in each timing child, "
+                        "a large tensor copy)")
+    p.add_argument("--peak-tflops", type=float,
+                   help="peak FLOP rate for the model's compute bound, TFLOP/s (default: measured, a large matmul in "
+                        "the model's precision)")
     p.add_argument("--quick", action="store_true",
                    help="smoke run (a few minutes on 2 cores): size tiny, batch 4, out-len 20, 2 repeats")
     p.add_argument("--workdir", help="keep the random checkpoints and child outputs here (default: a temp dir)")
@@ -121,6 +140,9 @@ def check_args(p, args):
         bench_common.check_range(p, "--lengths", n, 2, None if args.path else bench_common.MAX_POSITIONS)
     bench_common.check_range(p, "--batch-size", args.batch_size, 1, None)
     bench_common.check_range(p, "--out-len", args.out_len, 1, bench_common.MAX_POSITIONS - 1)
+    for option, value in (("--bandwidth-gbs", args.bandwidth_gbs), ("--peak-tflops", args.peak_tflops)):
+        if value is not None and not (value > 0 and math.isfinite(value)):
+            p.error(f"{option} {value}: must be a positive number")
     for option, value in (("--sparsity", args.sparsity), ("--heads-pruned", args.heads_pruned)):
         if not 0 <= value < 1:
             p.error(f"{option} {value}: must lie in [0, 1)")
@@ -372,7 +394,7 @@ def encoder_rows(model, sample):
         h.remove()
     src = sample["net_input"]["src_tokens"]
     layout = head_layout(model)
-    r = {"enc_rows": rows, "memory_len": out["encoder_out"][0].size(0),
+    r = {"enc_rows": rows, "memory_len": out["encoder_out"][0].size(0), "shape": model_shape(model),
          "heads": {t: [n for (kind, _), n in layout.items() if kind == t] for t in ("enc", "dec", "encdec")},
          "dec_ffn": [getattr(layer, "fc1", None) is not None for layer in model.decoder.layers],
          "shared_memory": "l0drop_gates" in out}
@@ -380,6 +402,62 @@ def encoder_rows(model, sample):
         pad = src.eq(model.encoder.padding_idx)
         r["sparsity"] = float(((out["l0drop_gates"][0] == 0) & ~pad).sum()) / float((~pad).sum())
     return r
+
+
+def model_shape(model):
+    """The sizes the bytes-per-step model needs (:class:`fairseq_sparse.analysis.decoding_traffic.ModelShape`'s
+    fields), read off a loaded fairseq transformer; None if it is not one this model describes (a decoder
+    layer without self- or encoder-decoder attention)."""
+    from fairseq_sparse.modules.head_gates import attention_modules, head_layout
+
+    enc, dec = model.encoder, model.decoder
+    layout = head_layout(model)
+    heads = {t: [n for (kind, _), n in layout.items() if kind == t] for t in ("enc", "dec", "encdec")}
+    if not len(heads["dec"]) == len(heads["encdec"]) == len(dec.layers):
+        return None
+    ffn = [[layer.fc1.out_features if getattr(layer, "fc1", None) is not None else 0 for layer in side.layers]
+           for side in (enc, dec)]
+    proj = getattr(dec, "output_projection", None)
+    return {"dim": dec.embed_tokens.embedding_dim, "head_dim": next(iter(attention_modules(model).values())).head_dim,
+            "vocab": proj.out_features, "enc_heads": heads["enc"], "enc_ffn": ffn[0], "dec_heads": heads["dec"],
+            "cross_heads": heads["encdec"], "dec_ffn": ffn[1], "tied_output": proj.weight is dec.embed_tokens.weight,
+            "dec_final_norm": getattr(dec, "layer_norm", None) is not None,
+            "enc_final_norm": getattr(enc, "layer_norm", None) is not None}
+
+
+def device_rates(spec, clock):
+    """Memory bandwidth (GB/s: 2 x the bytes of a tensor copied / time, read and write; CPU 128 MB, CUDA 1 GB)
+    and peak FLOP rate (TFLOP/s: a square matmul in the model's precision, CPU 1024, CUDA 8192), each the
+    median of 5 timed runs after one untimed (``clock``: the run's --clock; CUDA synchronised); --bandwidth-gbs
+    and --peak-tflops replace them."""
+    import statistics
+
+    import torch
+
+    cuda = spec["device"] == "cuda"
+    dtype = torch.float16 if spec["fp16"] else torch.float32
+    out = {"bandwidth_source": "measured", "peak_source": "measured"}
+
+    def median_time(fn):
+        fn()
+        return statistics.median(bench_common.timed(fn, cuda)[0][1 if clock == "cpu" else 0] for _ in range(5))
+
+    if spec.get("bandwidth_gbs"):
+        out.update(bandwidth_gbs=spec["bandwidth_gbs"], bandwidth_source="--bandwidth-gbs")
+    else:
+        n = (2**30 if cuda else 2**27) // (torch.finfo(dtype).bits // 8)
+        src = torch.ones(n, dtype=dtype, device=spec["device"])
+        dst = torch.empty_like(src)
+        out["bandwidth_gbs"] = 2 * src.numel() * src.element_size() / median_time(lambda: dst.copy_(src)) / 1e9
+        del src, dst
+    if spec.get("peak_tflops"):
+        out.update(peak_tflops=spec["peak_tflops"], peak_source="--peak-tflops")
+    else:
+        n = 8192 if cuda else 1024
+        a = torch.randn(n, n, device=spec["device"]).to(dtype)
+        b = torch.randn(n, n, device=spec["device"]).to(dtype)
+        out["peak_tflops"] = 2 * n**3 / median_time(lambda: torch.mm(a, b)) / 1e12
+    return out
 
 
 def component_shares(model, gen, sample, clock):
@@ -470,7 +548,10 @@ def measure_times(spec):
         rounds = bench_common.time_rounds(run, spec["repeats"], cuda)
     for v, r in facts.items():
         r.update(bench_common.clock_medians(rounds[v], spec["clock"]))
-    return {"length": L, "threads": torch.get_num_threads(), "shares": shares, "jobs": facts, "source": source}
+    with torch.no_grad():
+        rates = device_rates(spec, spec["clock"])
+    return {"length": L, "threads": torch.get_num_threads(), "shares": shares, "jobs": facts, "source": source,
+            "rates": rates}
 
 
 def measure_memory(spec):
@@ -498,6 +579,7 @@ def run_child(args, mode, workdir, paths, data, length, **spec):
     spec.update({"mode": mode, "data": data, "length": length, "batch_size": args.batch_size, "beam": args.beam,
                  "out_len": args.out_len, "repeats": args.repeats, "warmup": args.warmup, "device": args.device,
                  "fp16": args.fp16, "threads": args.threads, "clock": args.clock, "seed": args.seed,
+                 "bandwidth_gbs": args.bandwidth_gbs, "peak_tflops": args.peak_tflops,
                  "gen_subset": args.gen_subset, "source_lang": source_lang(args),
                  "sources": os.path.join(workdir, f"sources_{length}.pt"),
                  "paths": {v: checkpoint(paths, v, length) for v in args._variants + ["stock"]}})
@@ -532,19 +614,40 @@ def amdahl_bound(shares, r, stock, length, beam):
     return 1.0 / max(1.0 - removed, 1e-9)
 
 
+def traffic_prediction(args, r, rates):
+    """The bytes-per-step model's prediction of one variant's generate (module docstring of
+    :mod:`fairseq_sparse.analysis.decoding_traffic`): {"reads": ..., "copies": ...} (without and with fairseq's
+    per-step copies), each decoding_time's result; None for CTranslate2 or a model it does not describe."""
+    from fairseq_sparse.analysis import decoding_traffic as dt
+
+    if not r.get("shape"):
+        return None
+    shape = dt.ModelShape(**{k: tuple(v) if isinstance(v, list) else v for k, v in r["shape"].items()})
+    common = dict(enc_rows=r["enc_rows"], memory_len=r["memory_len"], sentences=args.batch_size, beam=args.beam,
+                  steps=args.out_len + 1, shared_memory=r["shared_memory"], element_bytes=2 if args.fp16 else 4,
+                  bandwidth=rates["bandwidth_gbs"] * 1e9, peak_flops=rates["peak_tflops"] * 1e12)
+    return {kind: dt.decoding_time(shape, copies=kind == "copies", **common) for kind in ("reads", "copies")}
+
+
 def summarise(args, timing, memory):
     rows = []
     for L, res in sorted(timing.items()):
         jobs, stock = res["jobs"], res["jobs"]["stock"]
-        row = {"length": L, "shares": res["shares"], "variants": {}}
+        row = {"length": L, "shares": res["shares"], "rates": res["rates"], "variants": {}}
+        predicted = {v: traffic_prediction(args, r, res["rates"]) for v, r in jobs.items()}
         for v, r in jobs.items():
             ratio, paired = bench_common.speedup(stock, r)
+            pred, base = predicted[v], predicted["stock"]
             row["variants"][v] = dict({k: r.get(k) for k in ("time_s", "times_s", "wall_s", "cpu_s", "wall_times_s",
                                                              "cpu_times_s", "enc_rows", "memory_len", "sparsity",
                                                              "heads", "dec_ffn", "shared_memory", "out_lengths",
-                                                             "cuda_peak_mb")},
+                                                             "cuda_peak_mb", "shape")},
                                       vs_stock=ratio, vs_stock_paired=paired,
                                       bound=amdahl_bound(res["shares"], r, stock, L, args.beam),
+                                      traffic=pred,
+                                      vs_stock_bytes=base["reads"]["time_s"] / pred["reads"]["time_s"] if pred else None,
+                                      vs_stock_bytes_copies=(base["copies"]["time_s"] / pred["copies"]["time_s"]
+                                                             if pred else None),
                                       **memory.get((v, L), {}))
         if "layers" in jobs and "layers_unpruned" in jobs:
             a, b = jobs["layers"], jobs["layers_unpruned"]
@@ -570,8 +673,16 @@ def print_report(args, rows, meta):
         print()
         print(f"source length {row['length']}; stock's time: " + ", ".join(
             f"{k} {v:.0%}" for k, v in sorted(row["shares"].items(), key=lambda kv: -kv[1]) if v >= 0.01))
+        rates, base = row["rates"], row["variants"]["stock"]["traffic"]
+        print(f"bytes model: {rates['bandwidth_gbs']:.1f} GB/s ({rates['bandwidth_source']}), "
+              f"{rates['peak_tflops'] * 1e3:.1f} GFLOP/s ({rates['peak_source']}); stock's mean step reads " + ", ".join(
+                  f"{k} {b / 1e6:.1f} MB" for k, b in base["copies"]["step_bytes"].items())
+              + f"; predicted {base['reads']['time_s'] * 1e3:.3g} ms (+copies {base['copies']['time_s'] * 1e3:.3g} ms; "
+              f"{base['copies']['memory_bound_share']:.0%} of the steps memory-bound), measured "
+              f"{row['variants']['stock']['time_s'] * 1e3:.3g} ms")
         print_header(f"{'variant':>15} {args.clock + ' s':>8} {'vs stock':>8} {'(paired)':>8} {'bound':>6} "
-                     f"{'sparsity':>8} {'encoder rows':>16} {'memory':>6}  {mem_name}")
+                     f"{'bytes':>6} {'+copies':>7} {'pred ms':>7} {'sparsity':>8} {'encoder rows':>16} {'memory':>6}  "
+                     f"{mem_name}")
         for v, r in row["variants"].items():
             if args.device == "cuda":
                 mem = fmt(r.get("cuda_peak_mb"), "{:.0f}")
@@ -579,8 +690,11 @@ def print_report(args, rows, meta):
                 mem = (f"{fmt(r.get('peak_rss_mb'), '{:.0f}')} ({fmt(r.get('rss_loaded_mb'), '{:.0f}')})"
                        if r.get("peak_rss_mb") else "-")
             enc_rows = "/".join(str(n) for n in r["enc_rows"]) if r.get("enc_rows") else "-"
+            pred_ms = r["traffic"]["copies"]["time_s"] * 1e3 if r["traffic"] else None
             print(f"{v:>15} {r['time_s']:>8.3f} {r['vs_stock']:>7.2f}x {r['vs_stock_paired']:>7.2f}x "
-                  f"{fmt(r['bound'], '{:.2f}x'):>6} {fmt(r.get('sparsity'), '{:.1%}'):>8} {enc_rows:>16} "
+                  f"{fmt(r['bound'], '{:.2f}x'):>6} {fmt(r['vs_stock_bytes'], '{:.2f}x'):>6} "
+                  f"{fmt(r['vs_stock_bytes_copies'], '{:.2f}x'):>7} {fmt(pred_ms, '{:.3g}'):>7} "
+                  f"{fmt(r.get('sparsity'), '{:.1%}'):>8} {enc_rows:>16} "
                   f"{fmt(r.get('memory_len'), '{}'):>6}  {mem}")
         if "pruned_vs_unpruned" in row:
             print(f"layers / layers_unpruned (compaction and pruned memory on one checkpoint): "
@@ -590,6 +704,9 @@ def print_report(args, rows, meta):
     print()
     print("vs stock: time(stock) / time(variant); (paired): median of the per-round ratios; bound: Amdahl bound from "
           "stock's time split (see the docstring);")
+    print("bytes, +copies: time(stock) / time(variant) predicted by the bytes-per-step roofline model (weights, "
+          "cross- and self-attention keys/values, logits read per step at the bandwidth, or FLOPs at the peak rate, "
+          "whichever is slower; +copies: with fairseq's per-step cache copies); pred ms: its time with copies;")
     print("encoder rows: rows each encoder layer ran over (compacted: 1 + most kept states); memory: source states the "
           "decoder attends to.")
     if args.device == "cpu" and not args.no_memory:
