@@ -54,6 +54,23 @@ def test_composed_benchmark_smoke(tmp_path):
     assert v["layers_unpruned"]["bound"] > 1.0  # one memory per sentence: no per-step reordering
     assert 0 < sum(row["shares"].values()) < 1
 
+    # the bytes-per-step model beside every measurement (decoding_traffic.py); rates measured in the child
+    assert "bytes model:" in out and "GB/s (measured)" in out and "+copies" in out, out
+    assert row["rates"]["bandwidth_gbs"] > 0 and row["rates"]["peak_tflops"] > 0
+    assert v["stock"]["vs_stock_bytes"] == pytest.approx(1.0) == v["stock"]["vs_stock_bytes_copies"]
+    assert v["stock"]["shape"]["dim"] == 64 and v["stock"]["shape"]["dec_ffn"] == [128, 128]
+    for name in ("l0drop", "layers", "layers_unpruned", "heads", "simplified", "composed"):
+        assert v[name]["vs_stock_bytes"] > 1.0, name  # fewer bytes read per step
+        assert v[name]["traffic"]["copies"]["time_s"] > v[name]["traffic"]["reads"]["time_s"] > 0
+    for name in ("l0drop", "layers_unpruned"):  # stock also copies its memory every step, a shared one does not
+        assert v[name]["vs_stock_bytes_copies"] > v[name]["vs_stock_bytes"], name
+    assert v["l0drop"]["vs_stock_bytes"] > v["layers_unpruned"]["vs_stock_bytes"]  # the pruned memory
+    assert v["composed"]["vs_stock_bytes"] > max(v["heads"]["vs_stock_bytes"], v["simplified"]["vs_stock_bytes"])
+    assert v["simplified"]["shape"]["dec_ffn"] == [0, 0] and v["heads"]["shape"]["cross_heads"] == [2, 2]
+    for name in ("ct2_float32", "ct2_int8"):
+        if name in v:
+            assert v[name]["vs_stock_bytes"] is None and v[name]["traffic"] is None
+
 
 def test_composed_benchmark_times_trained_checkpoints(tmp_path, corpus, stock_transformer_ckpt, l0drop_ckpt):
     """--path NAME=CKPT: trained checkpoints on the test split's sentences; a name ending in _unpruned decodes
