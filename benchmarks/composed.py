@@ -645,7 +645,8 @@ def summarise(args, timing, memory):
                                       vs_stock=ratio, vs_stock_paired=paired,
                                       bound=amdahl_bound(res["shares"], r, stock, L, args.beam),
                                       traffic=pred,
-                                      vs_stock_bytes=base["reads"]["time_s"] / pred["reads"]["time_s"] if pred else None,
+                                      vs_stock_bytes=(base["reads"]["time_s"] / pred["reads"]["time_s"]
+                                                      if pred else None),
                                       vs_stock_bytes_copies=(base["copies"]["time_s"] / pred["copies"]["time_s"]
                                                              if pred else None),
                                       **memory.get((v, L), {}))
@@ -675,8 +676,8 @@ def print_report(args, rows, meta):
             f"{k} {v:.0%}" for k, v in sorted(row["shares"].items(), key=lambda kv: -kv[1]) if v >= 0.01))
         rates, base = row["rates"], row["variants"]["stock"]["traffic"]
         print(f"bytes model: {rates['bandwidth_gbs']:.1f} GB/s ({rates['bandwidth_source']}), "
-              f"{rates['peak_tflops'] * 1e3:.1f} GFLOP/s ({rates['peak_source']}); stock's mean step reads " + ", ".join(
-                  f"{k} {b / 1e6:.1f} MB" for k, b in base["copies"]["step_bytes"].items())
+              f"{rates['peak_tflops'] * 1e3:.1f} GFLOP/s ({rates['peak_source']}); stock's mean step reads "
+              + ", ".join(f"{k} {b / 1e6:.1f} MB" for k, b in base["copies"]["step_bytes"].items())
               + f"; predicted {base['reads']['time_s'] * 1e3:.3g} ms (+copies {base['copies']['time_s'] * 1e3:.3g} ms; "
               f"{base['copies']['memory_bound_share']:.0%} of the steps memory-bound), measured "
               f"{row['variants']['stock']['time_s'] * 1e3:.3g} ms")
