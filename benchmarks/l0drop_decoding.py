@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Decoding speed of L0Drop's pruned decoding, side by side in one run (Zhang, Titov & Sennrich 2021, Table 1).
 
-Three variants decode the same inputs with fairseq's SequenceGenerator (beam search):
+Four variants decode the same inputs with fairseq's SequenceGenerator (beam search):
 
   pruned    transformer_l0drop, pruned decoding on (the compressed memory of Algorithm 1)
   unpruned  the same checkpoint with pruned decoding off (``pruned_decoding=False``): the decoder
@@ -9,6 +9,10 @@ Three variants decode the same inputs with fairseq's SequenceGenerator (beam sea
   stock     fairseq's own ``transformer`` of the same size, holding the same weights (the checkpoint's
             state dict minus the L0Drop gate parameters). Without gates its encoder output differs, so
             its hypotheses differ too: it is a speed baseline only (same shapes, same amount of work).
+  shared    that stock model switched to one encoder memory per sentence (``--task translation_shared_memory``
+            of fairseq-generate, ``fairseq_sparse/modules/shared_memory.py``): must give stock's hypotheses
+            and scores bit for bit (checked and printed); what the memory shared by the hypotheses alone
+            gains, on any stock checkpoint (the unpruned L0Drop model has it too).
 
 The output length is forced (``min_len = max_len = --out-len``, default 60 tokens + EOS, via
 ``max_len_a=0, max_len_b=out_len, min_len=out_len``) so that every variant runs the same number of
@@ -70,7 +74,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_common  # noqa: E402
 from bench_common import fmt, print_header  # noqa: E402
 
-VARIANTS = ("stock", "unpruned", "pruned")
+VARIANTS = ("stock", "shared", "unpruned", "pruned")
 
 
 def parse_args(argv=None):
@@ -181,10 +185,12 @@ def load_models(path, data, variant, device, fp16):
     from fairseq.models.transformer import TransformerModel
     from omegaconf import OmegaConf
 
+    from fairseq_sparse.modules.shared_memory import share_encoder_memory
+
     overrides = {"data": data, "pruned_decoding": variant == "pruned"}
     models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides=overrides)
     model = models[0]
-    if variant == "stock":
+    if variant in ("stock", "shared"):
         margs = cfg.model
         margs = argparse.Namespace(**(vars(margs) if isinstance(margs, argparse.Namespace)
                                       else OmegaConf.to_container(margs, resolve=True)))
@@ -193,6 +199,8 @@ def load_models(path, data, variant, device, fp16):
         sd = {k: v for k, v in model.state_dict().items() if "l0drop" not in k}
         stock.load_state_dict(sd, strict=True)
         model = stock
+        if variant == "shared":
+            share_encoder_memory(model)  # what --task translation_shared_memory does to a loaded stock model
     model.eval()
     if fp16:
         model.half()
@@ -232,6 +240,7 @@ def warm_up(name, model, sample, gen, spec, cuda, pad):
         r["cuda_peak_mb"] = mem.peak_mb
     r["hypos"] = [[h["tokens"].tolist() for h in hs] for hs in hypos]
     r["scores"] = [[float(h["score"]) for h in hs] for hs in hypos]
+    r["positional_scores"] = [[h["positional_scores"].tolist() for h in hs] for hs in hypos]
     r["out_lengths"] = bench_common.out_lengths(hypos)
     return r
 
@@ -323,6 +332,13 @@ def summarise(timing, memory):
             row["speedup_vs_stock"] = s["time_s"] / p["time_s"]
         if u and s:
             row["unpruned_vs_stock"] = s["time_s"] / u["time_s"]
+        sh = jobs.get("shared")
+        if sh and s:
+            row["shared_vs_stock"], row["shared_vs_stock_paired"] = bench_common.speedup(s, sh)
+            # bit for bit: tokens, scores and positional scores
+            row["shared_identical"] = all(sh[k] == s[k] for k in ("hypos", "scores", "positional_scores"))
+        if sh and u:
+            row["unpruned_vs_shared"] = sh["time_s"] / u["time_s"]
         if p and u and short:
             t_long, t_short = u["time_s"], short["time_s"]
             share = max(0.0, (t_long - t_short) / t_long)
@@ -373,6 +389,15 @@ def print_report(args, rows, meta):
         print(f"{row['length']:>7} {fmt(row.get('sparsity'), '{:.1%}'):>8} {fmt(row.get('memory_shrink'), '{:.1%}'):>10} "
               f"{fmt(row.get('speedup_vs_unpruned'), '{:.2f}x'):>15} {fmt(row.get('speedup_vs_unpruned_paired'), '{:.2f}x'):>8} "
               f"{fmt(row.get('speedup_vs_stock'), '{:.2f}x'):>12} {fmt(row.get('unpruned_vs_stock'), '{:.2f}x'):>14}  {ident}")
+    if any("shared_vs_stock" in row for row in rows):
+        print()
+        print_header(f"{'src len':>7} {'shared/stock':>12} {'(paired)':>8} {'unpruned/shared':>15}  "
+                     "identical hypotheses, scores and positional scores (shared vs stock, bit for bit)")
+        for row in rows:
+            ident = row.get("shared_identical")
+            print(f"{row['length']:>7} {fmt(row.get('shared_vs_stock'), '{:.2f}x'):>12} "
+                  f"{fmt(row.get('shared_vs_stock_paired'), '{:.2f}x'):>8} "
+                  f"{fmt(row.get('unpruned_vs_shared'), '{:.2f}x'):>15}  {'-' if ident is None else 'yes' if ident else 'NO'}")
     print()
     print_header(f"{'src len':>7} {'pruned/unpruned':>15} | {'share':>6} {'bound':>6} {'reached':>7} {'gain':>5} | "
                  f"{'share_dec':>9} {'bound_dec':>9} {'reached':>7} {'gain':>5}")
@@ -387,6 +412,7 @@ def print_report(args, rows, meta):
     print(f"{args.clock} time; enc s: the encoder alone (median, {args.clock} time);")
     print("mem len: source states the decoder attends to: T' = 1 + most kept states in the batch (pruned), N otherwise;")
     print(f"A/B: time(B) / time(A), {args.clock} time; (paired): median over rounds of the per-round ratio;")
+    print("shared: the stock model with one encoder memory per sentence (--task translation_shared_memory);")
     print("share = (t_N - t_short) / t_N of the unpruned model, bound = 1 / (1 - share * sparsity);")
     print("share_dec leaves the encoder out of the growth, bound_dec = 1 / (1 - share_dec * (1 - T'/N));")
     print("reached = (pruned/unpruned) / bound; gain = (pruned/unpruned - 1) / (bound - 1), the part of the possible")
@@ -395,7 +421,8 @@ def print_report(args, rows, meta):
         print("peak RSS: ru_maxrss of a fresh process that loads one model and runs one generate (model + torch +"
               " decoding); after load: its RSS before decoding.")
     meta["noise"] = bench_common.noise_line({f"{v} vs {base}, {row['length']} tokens": (row[base]["times_s"], row[v]["times_s"])
-                                             for row in rows for v, base in (("pruned", "unpruned"), ("pruned", "stock"))
+                                             for row in rows for v, base in (("pruned", "unpruned"), ("pruned", "stock"),
+                                                                             ("shared", "stock"))
                                              if v in row and base in row})
     print(meta["noise"])
     print(f"load average before / after: {meta['loadavg_before']} / {meta['loadavg_after']}")

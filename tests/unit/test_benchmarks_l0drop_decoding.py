@@ -1,5 +1,5 @@
 """Smoke test of benchmarks/l0drop_decoding.py: a tiny random model at one source length runs through the
-timing child, prints its three tables and writes consistent JSON, and pruned decoding gives the same
+timing child, prints its four tables and writes consistent JSON, and pruned decoding gives the same
 hypotheses as unpruned; options it cannot honour are refused before anything is built. No timing
 assertions. (The peak-memory children are skipped: each is one more process start.)
 Here the pure tests; those that train or run console scripts are in tests/e2e/test_benchmarks_l0drop_decoding_e2e.py."""

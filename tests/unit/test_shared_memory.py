@@ -1,0 +1,298 @@
+"""One encoder memory per sentence for fairseq's own transformer (fairseq_sparse/modules/shared_memory.py): fairseq's
+SequenceGenerator gives bit-identical hypotheses, scores, positional scores and attention with the switched model
+and with the stock one, while the memory the decoder reads keeps one row per sentence; what cannot be switched is
+refused. Random tiny models built in-process (the trained checkpoint and fairseq-generate: tests/e2e)."""
+import copy
+
+import pytest
+import torch
+
+from fairseq_sparse.modules.shared_memory import SharedMemoryAttention, share_encoder_memory, why_not_shareable
+
+VOCAB = 24
+
+
+def parse(arch, extra):
+    from fairseq import options
+
+    from conftest import USER_DIR
+
+    return options.parse_args_and_arch(options.get_training_parser(), [
+        "unused-data-dir", "--user-dir", USER_DIR, "--task", "translation", "--arch", arch,
+        "--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "16", "--decoder-embed-dim", "16",
+        "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2",
+        "--decoder-attention-heads", "2", "--share-all-embeddings"] + list(extra))
+
+
+def dictionary():
+    from fairseq.data import Dictionary
+
+    d = Dictionary()
+    for k in range(VOCAB - 4):
+        d.add_symbol(f"w{k}")
+    d.finalize(padding_factor=1)
+    return d
+
+
+def build(arch="transformer", *extra, seed=0, eos_scale=2.5):
+    """A model as fairseq-train builds it (parser, architecture preset, task.build_model), random weights; EOS's
+    output embedding scaled up so that sentences end at different steps."""
+    from fairseq.tasks.translation import TranslationConfig, TranslationTask
+
+    d = dictionary()
+    torch.manual_seed(seed)
+    model = TranslationTask(TranslationConfig(), d, d).build_model(parse(arch, extra)).eval()
+    with torch.no_grad():
+        model.decoder.output_projection.weight[d.eos()] *= eos_scale
+    return model, d
+
+
+def switched(model):
+    """``model`` as ``--task translation_shared_memory`` loads it: the task builds the model, then its weights load."""
+    from fairseq_sparse.tasks.translation_shared_memory import TranslationSharedMemoryConfig, TranslationSharedMemoryTask
+
+    d = dictionary()
+    task = TranslationSharedMemoryTask(TranslationSharedMemoryConfig(), d, d)
+    shared = task.build_model(parse("transformer", ())).eval()
+    shared.load_state_dict(model.state_dict(), strict=True)
+    return shared, task
+
+
+def sources(d, lengths=(9, 3, 6, 1, 12, 5, 2), seed=0):
+    """A left-padded batch (as fairseq's translation task makes them) of the given lengths, EOS included."""
+    g = torch.Generator().manual_seed(seed)
+    src = torch.full((len(lengths), max(lengths)), d.pad())
+    for i, n in enumerate(lengths):
+        src[i, src.size(1) - n:] = torch.randint(d.nspecial, len(d), (n,), generator=g)
+        src[i, -1] = d.eos()
+    return {"id": torch.arange(len(lengths)),
+            "net_input": {"src_tokens": src, "src_lengths": torch.tensor(lengths)}}
+
+
+def generation_args(flags):
+    """fairseq-generate's generation options, parsed from its own parser."""
+    from fairseq import options
+
+    return options.parse_args_and_arch(options.get_generation_parser(), ["unused-data-dir"] + flags)
+
+
+def generate(models, d, sample, flags=(), task=None, lm=None, seed=0, prefix_tokens=None):
+    """fairseq-generate's generator for ``flags`` (the task's build_generator), run once on ``sample``."""
+    from fairseq.tasks.translation import TranslationConfig, TranslationTask
+
+    task = task or TranslationTask(TranslationConfig(), d, d)
+    extra = {"lm_model": lm, "lm_weight": 0.5} if lm is not None else None
+    gen = task.build_generator(models, generation_args(["--max-len-b", "15"] + list(flags)), extra_gen_cls_kwargs=extra)
+    torch.manual_seed(seed)  # sampling
+    with torch.no_grad():
+        return gen.generate(models, sample, prefix_tokens=prefix_tokens)
+
+
+def assert_identical(out, ref):
+    assert len(out) == len(ref)
+    for hs, rs in zip(out, ref):
+        assert len(hs) == len(rs)
+        for h, r in zip(hs, rs):
+            assert torch.equal(h["tokens"], r["tokens"])
+            assert torch.equal(h["score"], r["score"]), (h["score"], r["score"])
+            assert torch.equal(h["positional_scores"], r["positional_scores"])
+            for key in ("attention", "alignment"):  # alignment: pairs (hard) or one tensor per token (soft)
+                assert same(h.get(key), r.get(key)), key
+
+
+def same(a, b) -> bool:
+    """Bit for bit: tensors, numbers and lists or tuples of them."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, (list, tuple)):
+        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One torch thread: tiny matrices on cores shared with other jobs run many times faster than with two."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def pair(one_thread):
+    model, d = build()
+    shared, task = switched(model)
+    return model, shared, d, task
+
+
+# fairseq's generation options (its test_binaries / test_sequence_generator matrix) that reach the generator
+GENERATION_FLAGS = [
+    ["--beam", "1"], ["--beam", "2"], ["--beam", "5"], ["--lenpen", "0.3", "--unkpen", "2"], ["--min-len", "4"],
+    ["--max-len-a", "0.5", "--max-len-b", "3"], ["--no-repeat-ngram-size", "2"], ["--match-source-len"],
+    ["--print-alignment"], ["--print-alignment", "soft"],
+    ["--sampling", "--beam", "2", "--temperature", "2"], ["--sampling", "--sampling-topk", "3", "--beam", "2"],
+    ["--sampling", "--sampling-topp", "0.5", "--beam", "2"], ["--diversity-rate", "0.5", "--beam", "4"],
+]
+
+
+# with these every sentence of this random model runs to the end
+NO_EARLY_END = {"--min-len", "--match-source-len", "--max-len-a", "--sampling-topp"}
+
+
+@pytest.mark.parametrize("flags", GENERATION_FLAGS, ids=" ".join)
+def test_generation_is_bit_identical(pair, flags):
+    model, shared, d, task = pair
+    sample = sources(d)
+    ref = generate([model], d, sample, flags)
+    if not NO_EARLY_END.intersection(flags):
+        ends = [max(len(h["tokens"]) for h in hs) for hs in ref]
+        assert min(ends) < max(ends), ends  # sentences end at different steps (and leave the batch)
+    assert_identical(generate([shared], d, sample, flags, task=task), ref)
+
+
+@pytest.mark.parametrize("device", [pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_beam_search_is_bit_identical_on(device):
+    """On a GPU (fp32): cuBLAS may choose its kernels by batch count, so this is checked, not assumed."""
+    model, d = build()
+    shared, task = switched(model)
+    model, shared = model.to(device), shared.to(device)
+    from fairseq import utils
+
+    sample = utils.move_to_cuda(sources(d))
+    for flags in (["--beam", "1"], ["--beam", "5"], ["--print-alignment"]):
+        out, ref = generate([shared], d, sample, flags, task=task), generate([model], d, sample, flags)
+        assert_identical(utils.move_to_cpu(out), utils.move_to_cpu(ref))
+
+
+def test_prefix_tokens_are_bit_identical(pair):
+    model, shared, d, task = pair
+    sample = sources(d)
+    prefix = sample["net_input"]["src_tokens"][:, -3:-1].clone()
+    prefix[prefix.eq(d.pad()) | prefix.eq(d.eos())] = d.index("w3")
+    assert_identical(generate([shared], d, sample, ["--beam", "3"], task=task, prefix_tokens=prefix),
+                     generate([model], d, sample, ["--beam", "3"], prefix_tokens=prefix))
+
+
+def test_diverse_beam_groups_are_bit_identical():
+    """fairseq's DiverseBeamSearch indexes its per-sentence state by sentence id and fails (IndexError) once
+    sentences leave the batch, with or without the switch; here no sentence ends early (EOS not favoured)."""
+    model, d = build(eos_scale=1.0)
+    shared, task = switched(model)
+    sample, flags = sources(d), ["--diverse-beam-groups", "2", "--diverse-beam-strength", "0.5", "--beam", "4"]
+    assert_identical(generate([shared], d, sample, flags, task=task), generate([model], d, sample, flags))
+
+
+def test_language_model_fusion_is_bit_identical(pair):
+    """--lm-path / --lm-weight: a language model's scores added at every step (random transformer_lm)."""
+    from fairseq import options
+    from fairseq.tasks.language_modeling import LanguageModelingTask
+
+    model, shared, d, task = pair
+    lm_args = options.parse_args_and_arch(options.get_training_parser(), [
+        "unused-data-dir", "--task", "language_modeling", "--arch", "transformer_lm", "--decoder-layers", "1",
+        "--decoder-embed-dim", "16", "--decoder-ffn-embed-dim", "32", "--decoder-attention-heads", "2"])
+    torch.manual_seed(5)
+    lm = LanguageModelingTask(lm_args, d, d).build_model(lm_args).eval()
+    sample = sources(d)
+    assert_identical(generate([shared], d, sample, task=task, lm=lm), generate([model], d, sample, lm=lm))
+
+
+def memory_rows_seen(model):
+    """Record the rows of the encoder output the decoder is handed, call by call."""
+    rows = []
+    forward = model.decoder.forward
+
+    def recording(prev_output_tokens, encoder_out=None, **kw):
+        rows.append((prev_output_tokens.size(0), encoder_out["encoder_out"][0].size(1)))
+        return forward(prev_output_tokens, encoder_out=encoder_out, **kw)
+
+    model.decoder.forward = recording
+    return rows
+
+
+def test_the_memory_keeps_one_row_per_sentence(pair):
+    """The decoder reads a memory of one row per sentence at every step, and caches keys and values per sentence;
+    the stock model's memory has one row per hypothesis (so this test fails if the switch did not share)."""
+    model, shared, d, _ = pair
+    sample, beam = sources(d), 4
+    sentences = sample["net_input"]["src_tokens"].size(0)
+    for m, expect in ((copy.deepcopy(shared), "sentences"), (copy.deepcopy(model), "hypotheses")):
+        rows = memory_rows_seen(m)
+        caches = []
+        attn = m.decoder.layers[0].encoder_attn
+        reorder = attn.reorder_incremental_state
+
+        def recording_reorder(incremental_state, new_order, attn=attn, reorder=reorder):
+            caches.append(attn._get_input_buffer(incremental_state)["prev_key"].size(0))
+            return reorder(incremental_state, new_order)
+
+        attn.reorder_incremental_state = recording_reorder
+        generate([m], d, sample, ["--beam", str(beam)])
+        assert len(rows) > 5
+        if expect == "sentences":
+            assert all(memory == sentences for _, memory in rows), rows
+            assert rows[0] == (sentences * beam, sentences)
+            assert max(caches) == sentences and min(caches) < sentences  # moves only when sentences finish
+        else:
+            assert all(memory == hyps for hyps, memory in rows), rows
+            assert max(caches) == sentences * beam
+
+
+def test_ensembles_are_bit_identical():
+    a, d = build(seed=0)
+    b, _ = build(seed=1)
+    (sa, task), (sb, _) = switched(a), switched(b)
+    sample = sources(d)
+    assert_identical(generate([sa, sb], d, sample, task=task), generate([a, b], d, sample))
+
+
+def test_full_sequence_passes_are_fairseq_s(pair):
+    """Training, validation and scoring (no incremental state) go through fairseq's forward unchanged, gradients
+    included."""
+    model, shared, d, _ = pair
+    sample = sources(d)
+    src, lengths = sample["net_input"]["src_tokens"], sample["net_input"]["src_lengths"]
+    prev = torch.roll(src, 1, dims=1)
+    outs = []
+    for m in (copy.deepcopy(model).train(), copy.deepcopy(shared).train()):
+        torch.manual_seed(3)
+        logits, extra = m(src, lengths, prev)
+        logits.sum().backward()
+        outs.append((logits, extra["attn"][0], m.decoder.layers[1].encoder_attn.k_proj.weight.grad))
+    for x, y in zip(*outs):
+        assert torch.equal(x, y)
+
+
+def test_switching_keeps_the_weights_and_adds_nothing(pair):
+    model, shared, _, _ = pair
+    assert list(model.state_dict()) == list(shared.state_dict())
+    assert all(torch.equal(v, shared.state_dict()[k]) for k, v in model.state_dict().items())
+    assert all(type(layer.encoder_attn) is SharedMemoryAttention for layer in shared.decoder.layers)
+    assert shared.load_state_dict(model.state_dict(), strict=True)
+
+
+@pytest.mark.parametrize("arch, extra, reason", [
+    ("transformer_l0drop", (), "already keeps one encoder memory per sentence"),
+    ("transformer_head_gates", (), "not fairseq's own transformer"),
+    ("transformer_simplified_decoder", (), "not fairseq's own transformer"),
+    ("transformer", ("--cross-self-attention",), "--cross-self-attention"),
+    ("transformer", ("--no-cross-attention",), "no encoder-decoder attention"),
+])
+def test_models_it_cannot_switch_are_refused(arch, extra, reason):
+    model, _ = build(arch, *extra)
+    assert reason in why_not_shareable(model)
+    with pytest.raises(ValueError, match=reason.replace("-", "\\-")):
+        share_encoder_memory(model)
+
+
+def test_the_task_refuses_such_a_model_with_one_line():
+    """--task translation_shared_memory on a model it cannot switch: SystemExit with one line (exit status 1)."""
+    from fairseq_sparse.tasks.translation_shared_memory import TranslationSharedMemoryConfig, TranslationSharedMemoryTask
+
+    d = dictionary()
+    task = TranslationSharedMemoryTask(TranslationSharedMemoryConfig(), d, d)
+    with pytest.raises(SystemExit) as e:
+        task.build_model(parse("transformer_l0drop", ()))
+    message = str(e.value.code)
+    assert "\n" not in message and message.startswith("error: --task translation_shared_memory cannot share"), message
+    assert "already keeps one encoder memory per sentence" in message
