@@ -373,7 +373,7 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
             net_output = model(**sample["net_input"])
         loss, nll_loss = self.compute_loss(model, net_output, sample, reduce=reduce)
         sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
-        penalty, logging_output = self.compute_sparsity_loss(model)
+        penalty, logging_output = self.compute_sparsity_loss(model, sample)
         if self.teacher is not None:
             kd = self.compute_kd_loss(model, net_output, sample)
             logging_output.update({"ce_loss": loss.data, "kd_loss": kd.data})
@@ -403,14 +403,15 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
             target = target[:, self.ignore_prefix_size:]
         return word_kd_loss(student_logits, teacher_logits, target, self.padding_idx, self.distill["temperature"])
 
-    def compute_sparsity_loss(self, model):
+    def compute_sparsity_loss(self, model, sample=None):
         """The controller's Lagrangian plus the sum over reported terms of lambda_group * penalty (per target
         token), and the terms' statistics for logging."""
         penalty = torch.zeros(())
         logging_output = {}
         updates = num_updates(model)
         terms = collect_sparsity_terms(model)
-        penalty = penalty + self.control_sparsity(terms, updates, model.training, logging_output)
+        steered = self.test_time_closed(model, sample) if model.training and sample is not None else {}
+        penalty = penalty + self.control_sparsity(terms, updates, model.training, logging_output, steered)
         for term in terms:
             lam = self.current_lambda(term.group, updates)
             if term.penalty is not None:
@@ -425,13 +426,47 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
                     logging_output[key] = logging_output.get(key, 0) + value
         return penalty, logging_output
 
-    def control_sparsity(self, terms, updates: int, training: bool, logging_output: dict):
+    def test_time_closed(self, model, sample) -> Dict[str, torch.Tensor]:
+        """{controlled L0Drop key: source states the test-time gates g_hat close on this batch}. In training
+        the gates read encoder states with dropout, and on small data dropout alone moved the share of g_hat = 0
+        by 2-5 points (docs/quality.md); decoding runs without it. So the encoder runs once more on the batch in
+        eval mode (no dropout, deterministic gates, no gradients, no random numbers drawn) and the controller
+        steers that share: what fairseq-generate will prune. Head gates read no input: nothing to redo."""
+        keys = {k for k in (self.controller.targets if self.controller is not None else ()) if k == "l0drop"}
+        encoder = getattr(model, "encoder", None)
+        if not keys or encoder is None:
+            return {}
+        net_input = sample["net_input"]
+        extra = {"src_tags": net_input["src_tags"]} if net_input.get("src_tags") is not None else {}
+        modes = [(m, m.training) for m in encoder.modules()]
+        encoder.eval()
+        try:
+            with torch.no_grad():
+                encoder(net_input["src_tokens"], src_lengths=net_input["src_lengths"], **extra)
+        finally:
+            for m, mode in modes:
+                m.training = mode
+        closed: Dict[str, torch.Tensor] = {}
+        for term in collect_sparsity_terms(model):
+            for key, c in term.sparsity.items():
+                if key in keys:
+                    closed[key] = closed.get(key, 0) + c.closed
+        return closed
+
+    def control_sparsity(self, terms, updates: int, training: bool, logging_output: dict, steered=None):
         """Log the expected sparsity of every gated key, warn once when a key's units are (nearly)
-        all closed, and return the controller's Lagrangian (training with targets; else 0)."""
+        all closed, and return the controller's Lagrangian (training with targets; else 0). ``steered``:
+        {key: closed count} that replaces the training pass's g_hat count as the value the controller steers
+        (:meth:`test_time_closed`); the gradient is the expected share's either way."""
         counts: Dict[str, tuple] = {}  # key -> (expected closed, closed, units), summed over the modules
         for term in terms:
             for key, c in term.sparsity.items():
                 counts[key] = tuple(a + b for a, b in zip(counts.get(key, (0, 0, 0)), (c.expected, c.closed, c.units)))
+        for key, closed in (steered or {}).items():
+            if key in counts:
+                logging_output[f"{STAT_PREFIX}{key}_test_time_sparsity:num"] = closed
+                logging_output[f"{STAT_PREFIX}{key}_test_time_sparsity:den"] = counts[key][2]
+                counts[key] = (counts[key][0], closed, counts[key][2])
         shares = {}
         for key, (exp, closed, units) in counts.items():
             if not units:

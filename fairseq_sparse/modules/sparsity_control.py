@@ -30,17 +30,6 @@ that keeps them open (tests/test_sparsity_control.py; Adam lr 0.05, warm-up 200)
 0.75 held within 2 gates (0.05) over updates 500-600, overshoot <= 0.075; with lambda_1 at full speed
 the overshoot was 0.33, without lambda_2 the g_hat share missed by up to 0.5.
 
-Even at that pace lambda_1 winds up: a gate needs about 100 updates to travel from open to the g_hat = 0
-boundary, and over that dead time an integrator moving at Adam's constant pace grows whatever the
-error; once the gates arrive, and more so when the task's pull on them relaxes as the model adapts,
-the wound-up lambda_1 drives the sparsity past the target, and unwinds only at the same pace. So lambda_1
-integrates conditionally (Astrom & Hagglund 2006, "Advanced PID Control", Sec. 3.5, integrator
-windup): while the sparsity is more than ``INTEGRATION_BAND`` from its target, lambda_1 may move only
-towards 0 (its gradient is cut where its step would grow it); lambda_2, whose force 2 lambda_2 (s - t)
-fades as the error does, brings the sparsity into the band. In scripts/experiments/controller_windup.py
-(L0Drop gates, target 0.5, warm-up 200, a task pull that decays over 150 updates) this lowers the peak
-from 0.58 to 0.53 and the held-out share at update 400 from 0.54 to 0.51.
-
 The multipliers are ``nn.Parameter`` s of the criterion: fairseq's trainer gives them to the optimiser
 (``criterion.parameters()``), all-reduces their gradients across workers (they stay identical on every
 worker) and saves them in checkpoints. Each is marked a sparsity-control parameter, so that
@@ -58,8 +47,6 @@ from .sparsity import mark_sparsity_control
 ALL_CLOSED = 0.99
 #: lambda_1 = LAMBDA1_SCALE x its parameter: it moves this much slower than the gates (see above)
 LAMBDA1_SCALE = 0.2
-#: lambda_1 grows only while the sparsity is within this distance of its target (conditional integration)
-INTEGRATION_BAND = 0.05
 #: default updates over which the target rises from 0 (about two gate travel times at gate lr 0.05)
 DEFAULT_TARGET_WARMUP = 200
 
@@ -128,8 +115,7 @@ class LagrangianController(nn.Module):
         return torch.stack([LAMBDA1_SCALE * p[0], p[1]])
 
     def lagrangian(self, sparsity: Mapping[str, Tensor], num_updates: int) -> Dict[str, Tensor]:
-        """{key: lambda_1 (s - t) + lambda_2 (s - t)^2} for every controlled key with a sparsity s (a tensor);
-        lambda_1's gradient is cut where it would wind up (``INTEGRATION_BAND``)."""
+        """{key: lambda_1 (s - t) + lambda_2 (s - t)^2} for every controlled key with a sparsity s."""
         out = {}
         for key in self.multipliers:
             s = sparsity.get(key)
@@ -137,10 +123,7 @@ class LagrangianController(nn.Module):
                 continue
             lam = self.lambdas(key)
             gap = s - self.target(key, num_updates)
-            # conditional integration: outside the band, lambda_1 gets no gradient where its step would grow it
-            integrate = (gap.abs() <= INTEGRATION_BAND) | (gap * lam[0].detach() < 0)
-            lam1 = torch.where(integrate, lam[0], lam[0].detach())
-            out[key] = lam1 * gap + lam[1] * gap * gap
+            out[key] = lam[0] * gap + lam[1] * gap * gap
         return out
 
 

@@ -9,11 +9,12 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=$1 SEEDS=${2:-1}
 PY=.venv/bin/python BIN=.venv/bin
+export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1  # one core per run
 TINY="--encoder-layers 2 --decoder-layers 2 --encoder-embed-dim 64 --decoder-embed-dim 64 --encoder-ffn-embed-dim 128
       --decoder-ffn-embed-dim 128 --encoder-attention-heads 4 --decoder-attention-heads 4 --share-all-embeddings
       --dropout 0.1"
 COMMON="--optimizer adam --lr 2e-3 --lr-scheduler inverse_sqrt --warmup-updates 100 --log-interval 50
-        --no-epoch-checkpoints --cpu --no-progress-bar --num-workers 0 --threads 1 --user-dir fairseq_sparse"
+        --no-epoch-checkpoints --cpu --no-progress-bar --num-workers 0 --user-dir fairseq_sparse"
 mkdir -p "$OUT"
 [ -d "$OUT/bin" ] || {
   $PY -c "from fairseq_sparse.synthetic_corpus import make_corpus as m; m('$OUT/raw', train=4000, valid=100, test=60, min_len=2, max_len=12)"
