@@ -104,3 +104,15 @@ def l0drop_ckpt(corpus, stock_transformer_ckpt, tmp_path_factory):
         "--lr", "5e-3", "--warmup-updates", "30",
     ] + TINY_MODEL, max_update=200)
     return os.path.join(save, "checkpoint_last.pt")
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """One torch thread for a module's in-process models: tiny matrices on cores shared with other jobs run many
+    times faster than with two (use with ``pytestmark = pytest.mark.usefixtures("one_thread")``)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

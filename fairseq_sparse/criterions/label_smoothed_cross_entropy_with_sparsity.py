@@ -432,9 +432,8 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
         by 2-5 points (docs/quality.md); decoding runs without it. So the encoder runs once more on the batch in
         eval mode (no dropout, deterministic gates, no gradients, no random numbers drawn) and the controller
         steers that share: what fairseq-generate will prune. Head gates read no input: nothing to redo."""
-        keys = {k for k in (self.controller.targets if self.controller is not None else ()) if k == "l0drop"}
         encoder = getattr(model, "encoder", None)
-        if not keys or encoder is None:
+        if self.controller is None or "l0drop" not in self.controller.targets or encoder is None:
             return {}
         net_input = sample["net_input"]
         extra = {"src_tags": net_input["src_tags"]} if net_input.get("src_tags") is not None else {}
@@ -446,12 +445,8 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
         finally:
             for m, mode in modes:
                 m.training = mode
-        closed: Dict[str, torch.Tensor] = {}
-        for term in collect_sparsity_terms(model):
-            for key, c in term.sparsity.items():
-                if key in keys:
-                    closed[key] = closed.get(key, 0) + c.closed
-        return closed
+        counts = [t.sparsity["l0drop"].closed for t in collect_sparsity_terms(model) if "l0drop" in t.sparsity]
+        return {"l0drop": sum(counts)} if counts else {}
 
     def control_sparsity(self, terms, updates: int, training: bool, logging_output: dict, steered=None):
         """Log the expected sparsity of every gated key, warn once when a key's units are (nearly)

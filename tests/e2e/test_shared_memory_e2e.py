@@ -22,12 +22,7 @@ SHARED = ["--task", "translation_shared_memory"]
 OUTPUT = ("S-", "T-", "H-", "D-", "P-", "A-", "C-")  # what fairseq-generate / -interactive print per sentence
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def per_sentence_lines(stdout):

@@ -109,13 +109,7 @@ def same(a, b) -> bool:
     return a == b
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """One torch thread: tiny matrices on cores shared with other jobs run many times faster than with two."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
