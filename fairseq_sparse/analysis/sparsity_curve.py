@@ -148,13 +148,10 @@ def l0drop_pruning(encoder, samples: Iterable[dict], dictionary, separator: Opti
     pruned = sum(p for _, s in sentences for _, p in s)
     words = [(sid, [(tok, p) for tok, p in s if tok not in specials]) for sid, s in sentences]
     by_type = tt.pruned_by_type(words, separator, function_words, tags)
-    positions = tt.PrunedPositions()
-    for _, pieces in words if char_boundary is not None else ():
-        positions.add(tt.char_positions([t for t, _ in pieces], char_boundary), [p for _, p in pieces])
     out = {"l0drop": pruned / n if n else None, "tokens": n, "pruned": pruned}
     out.update({f"pruned_{t}": v for t, v in by_type.shares().items()})
     if char_boundary is not None:
-        out["char_positions"] = positions.rows()
+        out["char_positions"] = tt.pruned_by_position(words, char_boundary).rows()
     return out
 
 

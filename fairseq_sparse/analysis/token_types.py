@@ -157,6 +157,16 @@ class PrunedPositions:
                  "share_of_pruned": self.pruned[b] / total if total else None} for b in range(self.bins)]
 
 
+def pruned_by_position(sentences: Iterable[Tuple[object, Sequence[Tuple[str, bool]]]], boundary: str,
+                       bins: int = 10) -> "PrunedPositions":
+    """:class:`PrunedPositions` of character-level sentences [(id, [(character, pruned)])], the space symbol
+    ``boundary`` between words (Fig. 6)."""
+    positions = PrunedPositions(bins)
+    for _, pieces in sentences:
+        positions.add(char_positions([t for t, _ in pieces], boundary), [p for _, p in pieces])
+    return positions
+
+
 class PrunedByType:
     """Counts of source pieces and of pruned ones (g_hat = 0) per token type."""
 

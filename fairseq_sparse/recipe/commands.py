@@ -5,6 +5,7 @@ import os
 import sys
 
 from .methods import Method, updates_of
+from .options import CHAR_BOUNDARY
 
 USER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.dirname(sys.executable)
@@ -52,13 +53,21 @@ def common_train_flags(a, epoch_checkpoints=False):
             + ([] if epoch_checkpoints else ["--no-epoch-checkpoints"]))
 
 
+def pieces_joined(a, flag="--remove-bpe"):
+    """fairseq's option that joins the model's pieces back into words: BPE's '@@ ', --char-level's characters
+    (sentencepiece's rule: spaces dropped, the boundary symbol made a space), nothing for whole words."""
+    if a.char_level:
+        return [flag, "sentencepiece"]
+    return [flag] if a.bpe_merges else []
+
+
 def validation_flags(a):
     """Validation BLEU (greedy) picks the best checkpoint of a training from scratch (translation)."""
     if a.metric != "bleu":
         return ["--validate-interval", str(a.validate_interval)]
     detok = ["--eval-bleu-detok", "moses"] if a.tokenizer == "moses" else []
     return (["--eval-bleu", "--eval-bleu-args", json.dumps({"beam": 1})] + detok
-            + (["--eval-bleu-remove-bpe"] if a.bpe_merges else [])
+            + pieces_joined(a, "--eval-bleu-remove-bpe")
             + ["--best-checkpoint-metric", "bleu", "--maximize-best-checkpoint-metric",
                "--validate-interval", str(a.validate_interval)])
 
@@ -128,7 +137,7 @@ def generate(a, data, key, checkpoint, overrides=None):
            + task_flags(key) + lang_flags(a) + ["--beam", str(a.beam), "--batch-size", str(a.batch_size),
                                                 "--required-batch-size-multiple", "1"] + cpu_flag(a)
            + generation_flags(a))
-    cmd += (["--remove-bpe"] if a.bpe_merges else []) + (["--tokenizer", "moses"] if a.tokenizer == "moses" else [])
+    cmd += pieces_joined(a) + (["--tokenizer", "moses"] if a.tokenizer == "moses" else [])
     return cmd + (["--model-overrides", overrides] if overrides else [])
 
 
@@ -156,7 +165,7 @@ def prune_heads(checkpoint, output, head_mask=None):
 
 
 def _bleu_flags(a):
-    return decoding_flags(a) + lang_flags(a) + (["--remove-bpe"] if a.bpe_merges else [])
+    return decoding_flags(a) + lang_flags(a) + pieces_joined(a)
 
 
 def head_importance(a, data, base="baseline/checkpoint_best.pt"):
@@ -175,7 +184,7 @@ def importance_curve(a, data, base="baseline/checkpoint_best.pt"):
 def sparsity_curve(a, data, save_dir="curve"):
     cmd = ([tool("fairseq-sparse-sparsity-curve"), data, "--user-dir", USER_DIR, "--save-dir", save_dir,
             "--gen-subset", "test"] + decoding_flags(a) + ["--output-prefix", f"{save_dir}/curve"] + lang_flags(a)
-           + (["--remove-bpe"] if a.bpe_merges else []))
+           + pieces_joined(a) + (["--char-boundary", CHAR_BOUNDARY] if a.char_level else []))
     return cmd + (["--function-words", os.path.abspath(a.function_words)] if a.function_words else [])
 
 

@@ -4,7 +4,7 @@ import os
 
 from . import commands
 from .lengths import truncate_sources
-from .options import SPLITS, fail
+from .options import CHAR_BOUNDARY, SPLITS, fail
 
 
 def _check_split(a, split):
@@ -17,7 +17,12 @@ def _check_split(a, split):
                                                   "leave -s/-t out)" if bart else ""))
         try:
             with open(path, encoding="utf-8", errors="strict") as f:
-                counts[path] = sum(1 for _ in f)
+                counts[path] = 0
+                for line in f:
+                    counts[path] += 1
+                    if a.char_level and CHAR_BOUNDARY in line:
+                        fail(f"{path} line {counts[path]} holds --char-level's word-boundary symbol "
+                             f"{CHAR_BOUNDARY!r} (U+2581) itself: it could not be told from a word boundary")
         except UnicodeDecodeError as e:
             fail(f"{path} is not UTF-8 text: {e}")
     (p1, n1), (p2, n2) = counts.items()
@@ -130,6 +135,8 @@ def prepare(a, wd, data):
         prefix = {split: os.path.join(os.path.abspath(a.corpus), split) for split in SPLITS}
     if a.bpe_merges:
         prefix = _bpe(a, wd, prefix)
+    if a.char_level:
+        prefix = _characters(a, wd, prefix)
     prefix = truncate_sources(a, wd, prefix)  # counted (WORK/truncation.json) with or without a cut
     tmp = data + ".tmp"
     wd.run("prepare", commands.preprocess(a, prefix, os.path.basename(tmp)), "preprocess.log")
@@ -177,6 +184,30 @@ def _bpe(a, wd, prefix):
     return {split: f"tok/{split}.bpe" for split in SPLITS}
 
 
+def characters(line):
+    """A tokenised line as characters: every word's characters, the word-boundary symbol between words."""
+    return f" {CHAR_BOUNDARY} ".join(" ".join(w) for w in line.split())
+
+
+def _characters(a, wd, prefix):
+    """--char-level: tok/SPLIT.char.LANG, every split's words split into characters (Zhang, Titov & Sennrich
+    2021 Sec. 6)."""
+    for split in SPLITS:
+        for lang in (a.source_lang, a.target_lang):
+            out = wd.path("tok", f"{split}.char.{lang}")
+            if os.path.exists(out):
+                continue
+            with open(wd.path(f"{prefix[split]}.{lang}"), encoding="utf-8") as f, \
+                    open(out + ".tmp", "w", encoding="utf-8") as g:
+                for line in f:
+                    g.write(characters(line) + "\n")
+            os.replace(out + ".tmp", out)
+    shown = "tok/SPLIT" if a.tokenizer == "moses" else "CORPUS/SPLIT"
+    wd.record("prepare", "python3 -c \"import sys; [print(' \u2581 '.join(' '.join(w) for w in l.split())) for l in "
+                         f"sys.stdin]\" < {shown}.LANG > tok/SPLIT.char.LANG")
+    return {split: f"tok/{split}.char" for split in SPLITS}
+
+
 def source_text(a, split):
     """The source text of SPLIT as binarised (after tokenisation, BPE and truncation; relative to WORK, or the
     corpus file itself)."""
@@ -184,6 +215,8 @@ def source_text(a, split):
         return f"tok/{split}.trunc.{a.source_lang}"
     if a.bpe_merges:
         return f"tok/{split}.bpe.{a.source_lang}"
+    if a.char_level:
+        return f"tok/{split}.char.{a.source_lang}"
     if a.tokenizer == "moses":
         return f"tok/{split}.{a.source_lang}"
     return os.path.join(os.path.abspath(a.corpus), f"{split}.{a.source_lang}")

@@ -8,7 +8,7 @@ import statistics
 from . import commands
 from .lengths import check_decoded
 from .methods import Method
-from .options import decoding_changes
+from .options import CHAR_BOUNDARY, decoding_changes
 from ..analysis.scores import corpus_score, scorer_identity
 
 
@@ -120,29 +120,41 @@ class Evaluation:
                    "max_weight": statistics.mean(r["max_weight"] for r in layers),
                    "aer": result["align"]["aer"] if self.a.gold_alignments else None}
             if "l0drop" in result:
-                row["token_types"] = self.pruned_token_types(self.wd.path(name, "attention", "l0drop_tokens.tsv"))
+                words = self.pruned_tokens(self.wd.path(name, "attention", "l0drop_tokens.tsv"))
+                if self.a.char_level:
+                    from ..analysis.token_types import pruned_by_position
+
+                    row["char_positions"] = pruned_by_position(words, CHAR_BOUNDARY, bins=5).rows()
+                else:
+                    row["token_types"] = self.pruned_token_types(words)
             return row
 
         return self.wd.cached(f"attention.{name}", [f"{name}/checkpoint_last.pt"], compute,
-                              {"gold": self.a.gold_alignments, "bpe": bool(self.a.bpe_merges)})
+                              {"gold": self.a.gold_alignments, "bpe": bool(self.a.bpe_merges),
+                               **({"char_level": True} if self.a.char_level else {})})
 
-    def pruned_token_types(self, tokens_tsv):
-        """Share of each token type's source pieces that L0Drop pruned, from the analysis's per-token table."""
-        from ..analysis import token_types as tt
-
+    @staticmethod
+    def pruned_tokens(tokens_tsv):
+        """[(sentence id, [(source piece, pruned)])] from the attention analysis's per-token table."""
         sentences = {}
         with open(tokens_tsv) as f:
             header = next(f).rstrip("\n").split("\t")
             for line in f:
                 r = dict(zip(header, line.rstrip("\n").split("\t")))
                 sentences.setdefault(int(r["id"]), []).append((int(r["position"]), r["token"], bool(int(r["pruned"]))))
-        words = [(sid, [(tok, p) for _, tok, p in sorted(s) if tok not in ("</s>", "<s>", "<pad>")])
-                 for sid, s in sentences.items()]
+        return [(sid, [(tok, p) for _, tok, p in sorted(s) if tok not in ("</s>", "<s>", "<pad>")])
+                for sid, s in sentences.items()]
+
+    def pruned_token_types(self, words):
+        """Share of each token type's source pieces that L0Drop pruned."""
+        from ..analysis import token_types as tt
+
         function_words = (tt.read_function_words(self.a.function_words) if self.a.function_words
                           else tt.ENGLISH_FUNCTION_WORDS)
         by_type = tt.pruned_by_type(words, "@@" if self.a.bpe_merges else None, function_words)
         return {t: {"tokens": by_type.count[t], "pruned": by_type.pruned[t], "share": share}
                 for t, share in by_type.shares().items()}
+
 
     def curve_points(self):
         """fairseq-sparse-sparsity-curve over the curve's checkpoints, and the control's score at the same updates."""

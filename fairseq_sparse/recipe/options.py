@@ -9,6 +9,7 @@ from .methods import DEFAULT_STEPS, STEPS
 
 SPLITS = ("train", "valid", "test")
 DEFAULT_POSITIONS = 1024  # fairseq's --max-source-positions and --max-target-positions
+CHAR_BOUNDARY = "\u2581"  # --char-level's word-boundary symbol: sentencepiece's, so fairseq joins it back
 
 
 def fail(message):
@@ -46,7 +47,14 @@ def _data(p):
     g.add_argument("--tokenizer-lang", metavar="LANG[,LANG]",
                    help="Moses language code of the text, one for both sides or SRC,TGT (default: the suffixes -s "
                         "and -t, which must then be language codes; e.g. 'en' for .source/.target files)")
-    g.add_argument("--bpe-merges", type=int, default=8000, help="joint BPE merge operations (0: no BPE)")
+    g.add_argument("--bpe-merges", type=int, default=None,
+                   help="joint BPE merge operations (0: no BPE; left out: 8000, or none with --char-level)")
+    g.add_argument("--char-level", action="store_true",
+                   help=f"character-level source and target (Zhang, Titov & Sennrich 2021 Sec. 6, the paper's "
+                        f"char WMT14 row): after tokenisation every word split into its characters, "
+                        f"{CHAR_BOUNDARY!r} between words, no BPE; decoded output joined back (fairseq's "
+                        f"--remove-bpe sentencepiece); the curve step adds the pruned characters' position inside "
+                        f"their word (Fig. 6)")
     g.add_argument("--truncate-source", type=int, default=0, metavar="N",
                    help="cut every source (all splits) to its first N tokens after tokenisation and BPE, as fairseq's "
                         "--truncate-source does; counted per split in WORK/truncation.json and the report; "
@@ -199,6 +207,14 @@ def _check_langs(a):
         return f"-s and -t are the same suffix {a.source_lang!r}: the two sides need two file names"
     if a.tokenizer_lang is not None and not 1 <= len([c for c in a.tokenizer_lang.split(",") if c]) <= 2:
         return "--tokenizer-lang: one Moses language code (both sides) or two, SRC,TGT"
+    if a.char_level and a.bpe_merges:
+        return "--char-level splits words into characters: it takes no BPE (leave --bpe-merges out, or 0)"
+    if a.char_level and "pattern_pos" in a.steps.split(","):
+        return "--char-level: the step pattern_pos tags words with spaCy, and a character-level source has none"
+    if a.char_level and a.data_bin:
+        return "--char-level splits the corpus while it is prepared: use --corpus (a --data-bin is binarised already)"
+    if a.bpe_merges is None:
+        a.bpe_merges = 0 if a.char_level else 8000
     if a.truncate_source and a.data_bin:
         return ("--truncate-source cuts the prepared text before it is binarised: use --corpus (a --data-bin is "
                 "binarised already; truncate it with fairseq-preprocess's inputs)")

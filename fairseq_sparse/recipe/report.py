@@ -10,6 +10,8 @@ PLOTS = (
     ("quality gap to the equal-updates control against the fine-tuning budget", "budget/gap.png"),
     ("BLEU against L0Drop sparsity (curve step)", "curve/curve.png"),
     ("share pruned by token type (curve step)", "curve/curve_token_types.png"),
+    ("pruned characters by their position inside the word (curve step, --char-level)",
+     "curve/curve_char_positions.png"),
     ("attention received by kept and pruned source tokens (L0Drop)", "l0drop/attention/l0drop_attention.png"),
     ("encoder self-attention entropy, kept vs pruned (L0Drop)", "l0drop/attention/l0drop_entropy.png"),
     ("head importance, encoder self-attention", "importance/scores/importance_enc.png"),
@@ -76,12 +78,14 @@ def training_lines(a, stopped):
 def header(a, models):
     corpus = a.corpus or a.data_bin
     on = "Moses-detokenised" if a.tokenizer == "moses" else "tokenised"
+    units = (", character level (--char-level: the hypotheses joined back into words before scoring)"
+             if getattr(a, "char_level", False) else "")
     metric = "BLEU: sacrebleu" if a.metric == "bleu" else (
         "ROUGE-L F1, summary-level, with its bootstrap 95% interval (rouge-score's rougeLsum on sentences split after "
         ". ! ?, Porter-stemmed, averaged over documents, as files2rouge; ROUGE-1 / ROUGE-2 in results.json)")
     return [f"# fairseq_sparse report: {os.path.basename(os.path.normpath(corpus))} {a.source_lang}-{a.target_lang}", "",
             f"Corpus: {corpus}; model: stock transformer, {a.layers}+{a.layers} layers, width {a.embed_dim}, FFN "
-            f"{a.ffn_dim}, {a.heads} heads; baseline at most {a.baseline_updates} updates of <= {a.max_tokens} tokens; "
+            f"{a.ffn_dim}, {a.heads} heads{units}; baseline at most {a.baseline_updates} updates of <= {a.max_tokens} tokens; "
             f"every fine-tuning and its control {a.finetune_updates} updates at lr {a.finetune_lr} (gates and "
             f"multipliers: --sparsity-lr {a.sparsity_lr}); one seed. {metric} on the {on} test "
             f"split, beam {a.beam}, all {models['baseline']['sentences']} sentences.", ""]
@@ -158,6 +162,12 @@ def attention_lines(att):
     if types:
         lines.append("- Source pieces L0Drop prunes, by token type: " + ", ".join(
             f"{TYPE_NAMES[t]} {100 * v['share']:.1f}% of {v['tokens']}" for t, v in types.items() if v["tokens"]) + ".")
+    chars = att.get("l0drop", {}).get("char_positions")
+    if chars:
+        lines.append("- Characters L0Drop prunes, by their relative position inside the word (0: first, 1: last; "
+                     "Zhang, Titov & Sennrich 2021 Fig. 6): " + ", ".join(
+                         f"{r['from']:.1f}-{r['to']:.1f} {100 * r['share_pruned']:.1f}% of {r['chars']}"
+                         for r in chars if r["chars"]) + ".")
     if att:
         lines.append("- Encoder-decoder attention on the test split (teacher forced; per head, mean over layers): " +
                      "; ".join(f"{n} entropy {v['entropy']:.3f} nats, max weight {v['max_weight']:.3f}"

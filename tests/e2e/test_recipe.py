@@ -249,3 +249,27 @@ def test_pattern_pos_from_a_data_bin_needs_tags(tmp_path):
                          str(tmp_path / "work"), "--steps", "pattern_pos"], check=False)
     assert proc.returncode != 0 and f"write {tmp_path / 'work'}/tags/train.tags" in proc.stderr, proc.stderr
     assert not (tmp_path / "work").exists()
+
+
+def test_recipe_at_character_level(raw_corpus, tmp_path):
+    """--char-level (Zhang, Titov & Sennrich 2021 Sec. 6): the corpus split into characters with the word-boundary
+    symbol, no BPE learnt, the hypotheses joined back into words before BLEU, and the characters L0Drop prunes
+    reported by their position inside the word (Fig. 6)."""
+    from fairseq_sparse.recipe.options import CHAR_BOUNDARY
+
+    work = tmp_path / "work"
+    tiny = [x for x in TINY if x not in ("--bpe-merges", "100")] + ["--baseline-updates", "10", "--finetune-updates",
+                                                                    "10", "--curve-updates", "5"]
+    run(RECIPE + ["--corpus", str(raw_corpus), "-s", "en", "-t", "de", "--work-dir", str(work), "--char-level",
+                  "--steps", "prepare,baseline,l0drop,report"] + tiny)
+    assert not (work / "tok" / "bpe.codes").exists()
+    symbols = {l.split()[0] for l in (work / "data-bin" / "dict.en.txt").read_text().splitlines()}
+    assert CHAR_BOUNDARY in symbols and max(len(s) for s in symbols if not s.startswith("madeupword")) == 1
+    results = json.loads((work / "results.json").read_text())
+    assert results["models"]["l0drop"]["sentences"] == 25
+    decoded = json.loads((work / "results" / "l0drop.json").read_text())["result"]["hypotheses"]
+    assert len(decoded) == 25 and not any(CHAR_BOUNDARY in str(h) for h in decoded)  # joined back into words
+    chars = results["attention"]["l0drop"]["char_positions"]
+    assert sum(r["chars"] for r in chars) > 0
+    report = (work / "REPORT.md").read_text()
+    assert "character level" in report and "by their relative position inside the word" in report
