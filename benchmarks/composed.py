@@ -15,6 +15,9 @@ Variants (one model size; fairseq's SequenceGenerator, beam search, output lengt
   simplified       the simplified decoder, no decoder FFN (Yang et al. 2020)
   composed         all of them in one model: transformer_l0drop --l0drop-between-layers --simplified-decoder
                    --kept-heads, as fairseq-train plus fairseq-sparse-prune-heads produce it
+  stock_int8       stock and composed with every Linear of the decoder and encoder layers and the output
+  composed_int8    projection quantised to int8 (torch's dynamic quantisation, as fairseq-sparse-export --int8;
+                   the L0Drop gates stay float32, so the same states are pruned); CPU only
   ct2_float32      the stock model converted to CTranslate2 (optional dependency: pip install ctranslate2),
   ct2_int8         float32 and int8 weights, same beam, same forced length
 
@@ -74,14 +77,17 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_common  # noqa: E402
 from bench_common import fmt, print_header  # noqa: E402
 
-VARIANTS = ("stock", "l0drop", "layers", "layers_unpruned", "heads", "simplified", "composed", "ct2_float32",
-            "ct2_int8")
+VARIANTS = ("stock", "l0drop", "layers", "layers_unpruned", "heads", "simplified", "composed", "stock_int8",
+            "composed_int8", "ct2_float32", "ct2_int8")
 CT2_VARIANTS = ("ct2_float32", "ct2_int8")
+INT8_VARIANTS = ("stock_int8", "composed_int8")  # torch's dynamic int8 quantisation of a fairseq model
+CPU_ONLY = CT2_VARIANTS + INT8_VARIANTS
 #: fairseq architectures CTranslate2's FairseqConverter takes (stock transformer and its size presets)
 CT2_ARCHS = ("transformer", "transformer_iwslt_de_en", "transformer_wmt_en_de", "transformer_vaswani_wmt_en_de_big",
              "transformer_vaswani_wmt_en_fr_big", "transformer_wmt_en_de_big", "transformer_wmt_en_de_big_t2t")
 #: the checkpoint each variant decodes (a variant not listed decodes its own)
-CHECKPOINT_OF = {"layers_unpruned": "layers", "ct2_float32": "stock", "ct2_int8": "stock"}
+CHECKPOINT_OF = {"layers_unpruned": "layers", "ct2_float32": "stock", "ct2_int8": "stock", "stock_int8": "stock",
+                 "composed_int8": "composed"}
 #: models whose L0Drop gates are calibrated per source length
 GATED = ("l0drop", "layers", "composed")
 #: paper 000 Sec. 6: cumulative sparsity after encoder layers 1-5 and at the output (WMT14 En-De, lambda 0.2)
@@ -104,7 +110,8 @@ def parse_args(argv=None):
     p.add_argument("--path", action="append", metavar="NAME=CKPT",
                    help="time trained checkpoints instead of random models (repeat; one must be named stock, e.g. "
                         "a stock transformer; a name ending in _unpruned decodes with pruned decoding off; ct2_float32 "
-                        "and ct2_int8 convert the stock checkpoint); the rates and sizes options then do not apply")
+                        "and ct2_int8 convert the stock checkpoint; stock_int8 and composed_int8 in --variants quantise "
+                        "the stock and composed checkpoints); the rates and sizes options then do not apply")
     p.add_argument("--data", help="with --path: the checkpoints' data-bin (dictionaries; sources from --gen-subset)")
     p.add_argument("--gen-subset", default="test", help="with --data: the split whose sentences, concatenated, make "
                                                       "the sources (random tokens if it is missing)")
@@ -148,9 +155,11 @@ def check_args(p, args):
             p.error(f"{option} {value}: must lie in [0, 1)")
     args._layer_rates = layer_rates(p, args)
     args._paths = checkpoint_paths(p, args)
-    known = tuple(args._paths) + CT2_VARIANTS if args._paths else VARIANTS
+    int8_of_paths = tuple(f"{name}_int8" for name in args._paths if f"{name}_int8" in INT8_VARIANTS)
+    known = tuple(args._paths) + int8_of_paths + CT2_VARIANTS if args._paths else VARIANTS
     asked = ([v.strip() for v in args.variants.split(",") if v.strip()] if not args._paths
-             else list(args._paths) + [v.strip() for v in args.variants.split(",") if v.strip() in CT2_VARIANTS])
+             else list(args._paths) + [v.strip() for v in args.variants.split(",")
+                                       if v.strip() in CT2_VARIANTS + int8_of_paths])
     unknown = [v for v in asked if v not in known]
     if unknown or not asked:
         p.error(f"--variants: unknown or none: {', '.join(unknown) or repr(args.variants)} "
@@ -162,11 +171,11 @@ def check_args(p, args):
             p.error("--variants names a CTranslate2 variant but ctranslate2 is not installed (pip install ctranslate2)")
         print("note: ctranslate2 is not installed (pip install ctranslate2): the CTranslate2 variants are left out")
         asked = [v for v in asked if v not in CT2_VARIANTS]
-    if args.device != "cpu" and any(v in asked for v in CT2_VARIANTS):
+    if args.device != "cpu" and any(v in asked for v in CPU_ONLY):
         if args.variants != p.get_default("variants"):
-            p.error("the CTranslate2 variants run on CPU here: --device cpu, or leave them out of --variants")
-        print("note: the CTranslate2 variants run on CPU here: left out on --device cuda")
-        asked = [v for v in asked if v not in CT2_VARIANTS]
+            p.error("the CTranslate2 and int8 variants run on CPU here: --device cpu, or leave them out of --variants")
+        print("note: the CTranslate2 and int8 variants run on CPU here: left out on --device cuda")
+        asked = [v for v in asked if v not in CPU_ONLY]
     args._variants = [v for v in known if v in asked]
     if args.workdir and os.path.exists(args.workdir) and not os.path.isdir(args.workdir):
         p.error(f"--workdir exists and is not a directory: {args.workdir}")
@@ -187,8 +196,8 @@ def checkpoint_paths(p, args):
     paths = {}
     for item in args.path:
         name, _, path = item.partition("=")
-        if not name or not path or name in paths or name in CT2_VARIANTS:
-            p.error(f"--path {item}: give NAME=CKPT, each NAME once, not a CTranslate2 variant's name")
+        if not name or not path or name in paths or name in CPU_ONLY:
+            p.error(f"--path {item}: give NAME=CKPT, each NAME once, not a CTranslate2 or int8 variant's name")
         try:
             check_checkpoint_file(path, f"--path {name}")
             check_data_dir(args.data, "--data")
@@ -374,6 +383,10 @@ def load(spec, variant, length):
         overrides["pruned_decoding"] = False
     models, _, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides=overrides)
     model = models[0].eval()
+    if variant in INT8_VARIANTS:
+        from fairseq_sparse.export import quantise_int8
+
+        model = quantise_int8(model)
     if spec["fp16"]:
         model.half()
     return model.to(torch.device(spec["device"])), task
@@ -531,6 +544,8 @@ def measure_times(spec):
                else gens[v].generate([jobs[v]], sample)) for v in jobs}
     for v in jobs:
         facts[v] = {} if v in CT2_VARIANTS else encoder_rows(jobs[v], sample)
+        if v in INT8_VARIANTS:
+            facts[v]["shape"] = None  # the bytes-per-step model counts float weights: no prediction
         with torch.no_grad(), bench_common.PeakMemory(cuda) as mem:
             for _ in range(max(1, spec["warmup"])):
                 out = run[v]()

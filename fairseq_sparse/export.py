@@ -54,14 +54,18 @@ def refusal(model_options: Mapping) -> Optional[str]:
 
 
 def quantise_int8(model: nn.Module) -> nn.Module:
-    """Dynamic int8 quantisation of every ``nn.Linear`` (weights int8, activations quantised per call),
-    torch.ao.quantization.quantize_dynamic. fairseq's attention fast path (``F.multi_head_attention_forward``)
-    reads ``q_proj.bias`` / ``.weight`` as tensors, which a quantised Linear has only as methods: every attention
+    """Dynamic int8 quantisation of every ``nn.Linear`` but the L0Drop gates' (weights int8, activations quantised
+    per call), torch.ao.quantization.quantize_dynamic; the gates stay float32, so the same states are pruned.
+    fairseq's attention fast path (``F.multi_head_attention_forward``) reads ``q_proj.bias`` / ``.weight`` as tensors, which a quantised Linear has only as methods: every attention
     module is switched to fairseq's own path (``skip_embed_dim_check``, as head scaling does), which calls the
     projections as modules. TorchScript never takes the fast path, so this matters to eager use only."""
     from fairseq.modules import MultiheadAttention
 
-    quantised = torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
+    from .modules.l0drop import L0Drop
+
+    in_gates = {id(m) for gate in model.modules() if isinstance(gate, L0Drop) for m in gate.modules()}
+    linears = {name for name, m in model.named_modules() if isinstance(m, nn.Linear) and id(m) not in in_gates}
+    quantised = torch.ao.quantization.quantize_dynamic(model, linears, dtype=torch.qint8)
     for module in quantised.modules():
         if isinstance(module, MultiheadAttention):
             module.skip_embed_dim_check = True

@@ -7,6 +7,7 @@ the encoder also leave its later layers (``--compact-encoder``, exact as well).
 """
 import argparse
 import atexit
+import functools
 import logging
 import math
 import sys
@@ -247,7 +248,9 @@ class L0DropTransformerEncoder(TransformerEncoder):
             self.layer_l0drops = torch.nn.ModuleList([make_l0drop(f"l0drop_layer{k + 1}") for k in range(n - 1)])
             for k in range(n - 1):
                 self.layers[k].register_forward_pre_hook(self._hide_dropped_states, with_kwargs=True)
-                self.layers[k].register_forward_hook(self._make_gate_hook(k))
+                # a partial of a bound method, not a closure: copy.deepcopy (fairseq's --ema, quantize_dynamic)
+                # rebinds it to the copy
+                self.layers[k].register_forward_hook(functools.partial(self._gate_layer_output, k))
             # states dropped before the last layer are hidden from its self-attention too
             self.layers[n - 1].register_forward_pre_hook(self._hide_dropped_states, with_kwargs=True)
         self._alive: Optional[Tensor] = None  # states not dropped so far, during one forward pass
@@ -278,17 +281,14 @@ class L0DropTransformerEncoder(TransformerEncoder):
         kwargs["encoder_padding_mask"] = decoder_padding_mask(gates, self._pad, "mask")
         return args, kwargs
 
-    def _make_gate_hook(self, k):
-        def gate_layer_output(layer, args, output):
-            rows = self._compacted
-            if rows is not None:
-                x, gates = self.layer_l0drops[k](output, rows.live_pad, dropped_before=rows.dropped_before())
-                return rows.compact(x, gates, self.dropped_as)
-            x, gates = self.layer_l0drops[k](output, self._pad, alive=self._alive)
-            self._alive = gates != 0
-            return x
-
-        return gate_layer_output
+    def _gate_layer_output(self, k, layer, args, output):
+        rows = self._compacted
+        if rows is not None:
+            x, gates = self.layer_l0drops[k](output, rows.live_pad, dropped_before=rows.dropped_before())
+            return rows.compact(x, gates, self.dropped_as)
+        x, gates = self.layer_l0drops[k](output, self._pad, alive=self._alive)
+        self._alive = gates != 0
+        return x
 
     def forward(self, src_tokens, src_lengths=None, return_all_hiddens: bool = False, token_embeddings=None,
                 src_tags: Optional[Tensor] = None):

@@ -34,7 +34,8 @@ def test_composed_benchmark_smoke(tmp_path):
     res = json.loads(out_json.read_text())
     (row,) = res["rows"]
     v = row["variants"]
-    expected = {"stock", "l0drop", "layers", "layers_unpruned", "heads", "simplified", "composed"}
+    expected = {"stock", "l0drop", "layers", "layers_unpruned", "heads", "simplified", "composed", "stock_int8",
+                "composed_int8"}
     assert set(v) == expected | ({"ct2_float32", "ct2_int8"} if HAVE_CT2 else set())
     assert row["identical_hypotheses"] is True
     assert v["stock"]["enc_rows"] == [40, 40] and v["stock"]["bound"] == pytest.approx(1.0)
@@ -67,9 +68,13 @@ def test_composed_benchmark_smoke(tmp_path):
     assert v["l0drop"]["vs_stock_bytes"] > v["layers_unpruned"]["vs_stock_bytes"]  # the pruned memory
     assert v["composed"]["vs_stock_bytes"] > max(v["heads"]["vs_stock_bytes"], v["simplified"]["vs_stock_bytes"])
     assert v["simplified"]["shape"]["dec_ffn"] == [0, 0] and v["heads"]["shape"]["cross_heads"] == [2, 2]
-    for name in ("ct2_float32", "ct2_int8"):
+    for name in ("ct2_float32", "ct2_int8", "stock_int8", "composed_int8"):
         if name in v:
             assert v[name]["vs_stock_bytes"] is None and v[name]["traffic"] is None
+    # int8: the gates stay float32, so the composed model prunes the same states; its heads and FFNs as composed's
+    for key in ("enc_rows", "memory_len", "heads", "dec_ffn"):
+        assert v["composed_int8"][key] == v["composed"][key], key
+    assert v["stock_int8"]["enc_rows"] == [40, 40] and v["stock_int8"]["memory_len"] == 40
 
 
 def test_composed_benchmark_times_trained_checkpoints(tmp_path, corpus, stock_transformer_ckpt, l0drop_ckpt):
@@ -80,13 +85,13 @@ def test_composed_benchmark_times_trained_checkpoints(tmp_path, corpus, stock_tr
     cmd = [sys.executable, SCRIPT, "--path", f"stock={stock_transformer_ckpt}", "--path", f"l0drop={l0drop_ckpt}",
            "--path", f"l0drop_unpruned={l0drop_ckpt}", "--data", corpus["bin"], "--lengths", "30",
            "--batch-size", "2", "--beam", "2", "--out-len", "5", "--repeats", "1", "--threads", "1", "--clock", "cpu",
-           "--no-memory", "--variants", "stock", "--json", str(out_json)]
+           "--no-memory", "--variants", "stock,stock_int8", "--json", str(out_json)]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "sources: test sentences, concatenated" in proc.stdout, proc.stdout
     (row,) = json.loads(out_json.read_text())["rows"]
     v = row["variants"]
-    assert list(v) == ["stock", "l0drop", "l0drop_unpruned"]
+    assert list(v) == ["stock", "l0drop", "l0drop_unpruned", "stock_int8"]  # stock_int8: the stock checkpoint
     assert v["l0drop"]["memory_len"] < 30 == v["l0drop_unpruned"]["memory_len"] == v["stock"]["memory_len"]
     assert v["l0drop"]["bound"] > 1.0 and v["stock"]["bound"] == pytest.approx(1.0)
 

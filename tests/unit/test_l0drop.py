@@ -457,6 +457,30 @@ def test_compacted_encoder_equals_the_gated_one(dropped_as, normalize_before, de
     assert torch.allclose(dec, ref_dec, atol=1e-5)
 
 
+def test_a_deep_copy_gates_and_compacts_with_its_own_modules():
+    """copy.deepcopy (fairseq's --ema, torch's quantize_dynamic) of an encoder with between-layer gates: the
+    copy's layer hooks read the copy's gates and compaction state, not the original's."""
+    import copy
+
+    model, _ = build_l0drop_model("--l0drop-between-layers")
+    model.eval()
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for gate in list(model.encoder.layer_l0drops) + [model.encoder.l0drop]:
+            gate.log_alpha_proj.weight.copy_(torch.randn(gate.log_alpha_proj.weight.shape, generator=g))
+            gate.log_alpha_proj.bias.fill_(-3.0)
+    src, lengths = mixed_length_batch()
+    twin = copy.deepcopy(model)
+    out, rows, _ = encoder_rows_seen(model, src, lengths)
+    twin_out, twin_rows, _ = encoder_rows_seen(twin, src, lengths)
+    assert twin_rows == rows and rows[2] < rows[1] < 12  # the copy compacts as the original does
+    assert torch.allclose(twin_out["encoder_out"][0], out["encoder_out"][0], atol=1e-6)
+    with torch.no_grad():
+        twin.encoder.layer_l0drops[0].log_alpha_proj.bias.fill_(20.0)  # the copy's first gate opens
+    _, twin_rows, _ = encoder_rows_seen(twin, src, lengths)
+    assert twin_rows[1] == 12 and encoder_rows_seen(model, src, lengths)[1] == rows  # the original keeps its own
+
+
 def test_an_open_gate_adds_no_row():
     """A between-layer gate that closes nothing (trained models keep early layers whole) leaves the rows
     alone: no dummy row is added; a later gate that closes states still compacts, exactly."""
