@@ -58,7 +58,8 @@ def quantise_int8(model: nn.Module) -> nn.Module:
     per call), torch.ao.quantization.quantize_dynamic; the gates stay float32, so the same states are pruned.
     fairseq's attention fast path (``F.multi_head_attention_forward``) reads ``q_proj.bias`` / ``.weight`` as
     tensors, which a quantised Linear has only as methods: every attention module is switched to fairseq's own
-    path (``skip_embed_dim_check``, as head scaling does), which calls the projections as modules. TorchScript never takes the fast path, so this matters to eager use only."""
+    path (``skip_embed_dim_check``, as head scaling does), which calls the projections as modules. TorchScript
+    never takes the fast path, so this matters to eager use only."""
     from fairseq.modules import MultiheadAttention
 
     from .modules.l0drop import L0Drop
