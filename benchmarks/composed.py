@@ -17,7 +17,7 @@ Variants (one model size; fairseq's SequenceGenerator, beam search, output lengt
                    --kept-heads, as fairseq-train plus fairseq-sparse-prune-heads produce it
   stock_int8       stock and composed with every Linear of the decoder and encoder layers and the output
   composed_int8    projection quantised to int8 (torch's dynamic quantisation, as fairseq-sparse-export --int8;
-                   the L0Drop gates stay float32, so the same states are pruned); CPU only
+                   the L0Drop gates' projections stay float32); CPU only
   ct2_float32      the stock model converted to CTranslate2 (optional dependency: pip install ctranslate2),
   ct2_int8         float32 and int8 weights, same beam, same forced length
 

@@ -526,3 +526,29 @@ def test_compacted_encoder_counts_the_dummy_in_self_attention():
     finally:
         CountAwareAttention.forward_with_log_count = original
     assert not torch.allclose(broken["encoder_out"][0], ref["encoder_out"][0], atol=1e-3)
+
+
+def test_int8_keeps_the_gates_float32_and_prunes_the_same_states():
+    """fairseq_sparse.export.quantise_int8 (fairseq-sparse-export --int8, benchmarks/composed.py's *_int8):
+    every Linear int8 but the L0Drop gates' projections; on this batch the int8 model closes the float model's
+    states (its gates read the int8 layers' outputs, so states near a closing point could flip)."""
+    from torch import nn
+
+    from fairseq_sparse.export import quantise_int8
+
+    model, _ = build_l0drop_model("--l0drop-between-layers")
+    model.eval()
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for gate in list(model.encoder.layer_l0drops) + [model.encoder.l0drop]:
+            gate.log_alpha_proj.weight.copy_(torch.randn(gate.log_alpha_proj.weight.shape, generator=g))
+            gate.log_alpha_proj.bias.fill_(-3.0)
+    src, lengths = mixed_length_batch()
+    out, rows, _ = encoder_rows_seen(model, src, lengths)
+    int8 = quantise_int8(model)
+    gates = [gate.log_alpha_proj for gate in list(int8.encoder.layer_l0drops) + [int8.encoder.l0drop]]
+    assert all(type(p) is nn.Linear for p in gates)  # float32, not quantised
+    assert type(int8.encoder.layers[0].fc1) is not nn.Linear and type(int8.decoder.layers[0].fc1) is not nn.Linear
+    int8_out, int8_rows, _ = encoder_rows_seen(int8, src, lengths)
+    assert int8_rows == rows
+    assert torch.equal(int8_out["l0drop_gates"][0] == 0, out["l0drop_gates"][0] == 0)
