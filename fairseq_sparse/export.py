@@ -55,7 +55,7 @@ def refusal(model_options: Mapping) -> Optional[str]:
 
 def quantise_int8(model: nn.Module) -> nn.Module:
     """Dynamic int8 quantisation of every ``nn.Linear`` but the L0Drop gates' (weights int8, activations quantised
-    per call), torch.ao.quantization.quantize_dynamic; the gates stay float32 (their inputs are the int8 layers' outputs).
+    per call), torch.ao.quantization.quantize_dynamic; the gates stay float32 (they read the int8 layers' outputs).
     fairseq's attention fast path (``F.multi_head_attention_forward``) reads ``q_proj.bias`` / ``.weight`` as
     tensors, which a quantised Linear has only as methods: every attention module is switched to fairseq's own
     path (``skip_embed_dim_check``, as head scaling does), which calls the projections as modules. TorchScript
