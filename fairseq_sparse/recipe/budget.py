@@ -32,7 +32,7 @@ def checkpoints_by_updates(wd, name):
 def budget_rows(a, ev, rows):
     """{method: [{updates, score, control_score, gap, p_value, l0drop_sparsity}, ...]} for every reported
     fine-tuned method with a control, at every budget point both runs have a checkpoint for."""
-    from ..analysis.scores import paired_bootstrap
+    from .evaluation import paired_test_of
 
     out = {}
     for m in METHODS:
@@ -45,8 +45,7 @@ def budget_rows(a, ev, rows):
                 continue
             ckpt = ev.prune_heads(m.name, mine[u]) if m.heads_cut_out(a) else mine[u]
             r, c = ev.generate(f"{m.name}@{u}", ckpt), ev.generate(f"{m.control}@{u}", theirs[u])
-            test = paired_bootstrap([h for h, _ in c["hypotheses"]], [h for h, _ in r["hypotheses"]], r["references"],
-                                    "13a" if a.tokenizer == "moses" else "none") if a.metric == "bleu" else {}
+            test = paired_test_of(a, c, r)
             points.append({"updates": u, "score": r["score"], "control_score": c["score"],
                            "gap": round(r["score"] - c["score"], 2), "p_value": test.get("p_value"),
                            "l0drop_sparsity": r["l0drop_sparsity"]})

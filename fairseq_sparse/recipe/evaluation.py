@@ -200,19 +200,22 @@ def parameters(checkpoint):
 
 
 def significance(a, rows, control_of):
-    """{model: sacrebleu's paired bootstrap of its BLEU against its control's} (BLEU only; rows decoded before
-    references were kept are left out)."""
-    from ..analysis.scores import paired_bootstrap
-
-    if a.metric != "bleu":
-        return {}
+    """{model: the paired bootstrap of its score against its control's (BLEU: sacrebleu's; ROUGE-L: over
+    documents)} (rows decoded before references were kept are left out)."""
     out = {}
     for name, row in rows.items():
         control = rows.get(control_of.get(name))
         if control and "references" in row and "references" in control:
-            out[name] = paired_bootstrap([h for h, _ in control["hypotheses"]], [h for h, _ in row["hypotheses"]],
-                                         row["references"], "13a" if a.tokenizer == "moses" else "none")
+            out[name] = paired_test_of(a, control, row)
     return out
+
+
+def paired_test_of(a, control, row):
+    """The paired bootstrap of one decoding against its control's, in the run's metric."""
+    from ..analysis.scores import paired_test
+
+    return paired_test(a.metric, [h for h, _ in control["hypotheses"]], [h for h, _ in row["hypotheses"]],
+                       row["references"], "13a" if a.tokenizer == "moses" else "none")
 
 
 def same_hypotheses(x, y):

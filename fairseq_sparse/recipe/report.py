@@ -114,8 +114,15 @@ def length_lines(a, lengths):
     return lines + [""]
 
 
+def test_name(a):
+    """The paired test the report's p-values come from."""
+    return ("sacrebleu's paired bootstrap resampling" if a.metric == "bleu" else
+            "paired bootstrap resampling of documents (sacrebleu's form of the test) on rouge-score's per-document "
+            "summary-level ROUGE-L")
+
+
 def significance_cell(test):
-    """sacrebleu's paired bootstrap: p-value, and the model's mean and 95% interval over the resamples."""
+    """The paired bootstrap: p-value, and the model's mean and 95% interval over the resamples."""
     if not test:
         return ""
     return f"p = {test['p_value']:.3f}; {test['mean']:.2f} ± {test['ci95']:.2f}"
@@ -130,8 +137,8 @@ def model_table(a, models, heads, significance):
         lines.append(f"| {name} | {BY_NAME[name].what(a)} | {score_cell(r)} | {delta} | "
                      f"{significance_cell(significance.get(name))} | {sparsity_cell(name, r, heads)} | "
                      f"{r['parameters']:,} |")
-    notes = ["- paired bootstrap: sacrebleu's paired bootstrap resampling against the control (1,000 resamples): "
-             "the p-value of the difference, and the model's mean BLEU and 95% interval over the resamples."]
+    notes = [f"- paired bootstrap: {test_name(a)} against the control (1,000 resamples): the p-value of the "
+             f"difference, and the model's mean {metric_name(a)} and 95% interval over the resamples."]
     return lines + [""] + (notes + [""] if significance else [])
 
 
@@ -202,7 +209,7 @@ def budget_lines(a, budget):
     if not budget:
         return []
     lines = ["The gap to the equal-updates control against the fine-tuning budget (checkpoints of one run each; "
-             "p: sacrebleu's paired bootstrap):", "",
+             f"p: {test_name(a)}):", "",
              f"| model | updates | {metric_name(a)} | control | gap | p | L0Drop sparsity |", "|---|---|---|---|---|---|---|"]
     for name, points in budget.items():
         lines += [f"| {name} | {p['updates']} | {p['score']:.2f} | {p['control_score']:.2f} | {p['gap']:+.2f} | "

@@ -258,3 +258,18 @@ def test_a_brought_baseline_must_hold_the_longest_test_document(tmp_path, monkey
     with pytest.raises(SystemExit, match="the longest test source has 1500 tokens .* more than the 1024 positions "
                                          "of the brought baseline"):
         lengths.fit(a, WorkDir(str(tmp_path / "w")), data)
+
+
+def test_rouge_rows_get_a_paired_test_against_their_control():
+    """With --metric rouge every model against its control gets the paired bootstrap over documents (the BLEU
+    runs keep sacrebleu's), and the report names the test."""
+    from fairseq_sparse.recipe.evaluation import significance
+    from fairseq_sparse.recipe.report import test_name
+
+    a = parsed("--corpus", "c", "-s", "en", "-t", "de", "--metric", "rouge")
+    refs = ["the cat sat on the mat.", "a dog ran in the park.", "birds fly south in winter."] * 4
+    control = {"hypotheses": [(r, -1.0) for r in refs], "references": refs}
+    worse = {"hypotheses": [(r.split()[0], -1.0) for r in refs], "references": refs}
+    test = significance(a, {"control": control, "l0drop": worse}, {"l0drop": "control"})["l0drop"]
+    assert test["delta"] < -50 and test["p_value"] < 0.01
+    assert "documents" in test_name(a) and "sacrebleu" in test_name(parsed("--corpus", "c", "-s", "en", "-t", "de"))

@@ -169,3 +169,27 @@ def test_python_scorer_agrees_with_rouge_1_5_5():
         assert python[kind] == pytest.approx(perl[kind], abs=0.2), kind
         assert python["rouge_ci95"][kind] == pytest.approx(perl["rouge_ci95"][kind], abs=1.0), kind
     assert perl["rouge_scorer"].startswith("ROUGE-1.5.5") and python["rouge_scorer"].startswith("rouge-score")
+
+
+def test_paired_rouge_bootstrap_of_a_system_against_itself_and_a_worse_one():
+    """paired_bootstrap_rouge: the delta is the difference of the mean per-document summary-level ROUGE-L
+    (the corpus score); a system against itself has delta 0 and sacrebleu's p for a zero difference, 1 /
+    (samples + 1); a system that drops half its words is worse with p at that floor too; one that changes
+    one document is not significantly different; repeatable (seeded)."""
+    from fairseq_sparse.analysis.scores import paired_bootstrap_rouge, paired_test
+
+    hyps, refs = [h for h, _ in PAIRS], [r for _, r in PAIRS]
+    same = paired_bootstrap_rouge(hyps, hyps, refs, samples=200)
+    assert same["delta"] == 0 and same["p_value"] == round(1 / 201, 4)
+    assert same["mean"] == pytest.approx(corpus_score("rouge", hyps, refs)[0], abs=1.0)
+    halved = [" ".join(h.split()[: len(h.split()) // 2]) for h in hyps]
+    worse = paired_bootstrap_rouge(hyps, halved, refs, samples=200)
+    assert worse["delta"] == pytest.approx(corpus_score("rouge", halved, refs)[0] - corpus_score("rouge", hyps, refs)[0],
+                                           abs=0.01)
+    assert worse["delta"] < -5 and worse["p_value"] < 0.01
+    one = list(hyps)
+    one[0] = one[0].split(".")[0] + "."
+    assert paired_bootstrap_rouge(hyps, one, refs, samples=200)["p_value"] > 0.05
+    assert paired_test("rouge", hyps, halved, refs, samples=200) == worse  # the recipe's entry point, repeatable
+    with pytest.raises(ValueError, match="one control and one method hypothesis per reference"):
+        paired_bootstrap_rouge(hyps[:-1], hyps, refs)
