@@ -11,6 +11,7 @@ text) with sacrebleu (13a); the int8 model's BLEU is tested against float32's wi
 """
 import argparse
 import json
+import os
 import time
 
 import torch
@@ -40,11 +41,20 @@ def main(argv=None):
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--json")
     a = p.parse_args(argv)
+    for option in ("float32", "int8", "source", "reference"):
+        if not os.path.isfile(getattr(a, option)):
+            p.error(f"--{option}: no such file {getattr(a, option)}")
+    if a.batch_size < 1:
+        p.error("--batch-size must be at least 1")
+    if a.json and os.path.exists(a.json):
+        p.error(f"--json {a.json} exists: not overwritten")
     torch.set_num_threads(1)
     with open(a.source, encoding="utf-8") as f:
         lines = [line.strip() for line in f]
     with open(a.reference, encoding="utf-8") as f:
         refs = [line.strip() for line in f]
+    if len(lines) != len(refs) or not lines:
+        p.error(f"--source has {len(lines)} lines, --reference {len(refs)}: they must match, and not be empty")
     detok = MosesDetokenizer(lang=a.detok_lang)
     out = {}
     for name, path in (("float32", a.float32), ("int8", a.int8)):

@@ -420,6 +420,19 @@ def encoder_rows_seen(model, src, lengths):
     return out, rows, {k: (int(n), int(d)) for k, (n, d) in stats.items() if k.endswith("sparsity")}
 
 
+def gated_between_layers_model(*extra):
+    """An eval-mode transformer_l0drop with gates between the encoder layers, each gate a random direction with
+    bias -3 (a quarter to a half of the states close at each gate); and the generator, to draw more from."""
+    model, _ = build_l0drop_model("--l0drop-between-layers", *extra)
+    model.eval()
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for gate in list(model.encoder.layer_l0drops) + [model.encoder.l0drop]:
+            gate.log_alpha_proj.weight.copy_(torch.randn(gate.log_alpha_proj.weight.shape, generator=g))
+            gate.log_alpha_proj.bias.fill_(-3.0)
+    return model, g
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dropped_as", ["zero", "mask"])
 @pytest.mark.parametrize("normalize_before", [False, True])
@@ -427,14 +440,8 @@ def test_compacted_encoder_equals_the_gated_one(dropped_as, normalize_before, de
     """Zhang, Titov & Sennrich (2021) Sec. 6 made physical: states dropped after layer k leave layers k+1..;
     the memory, its counts, the gates at the original positions, the sparsity statistics and the decoder's
     output equal those of the uncompacted gated encoder (3 layers: two compactions compose)."""
-    model, _ = build_l0drop_model("--l0drop-between-layers", "--l0drop-dropped-as", dropped_as,
-                                  *(["--encoder-normalize-before"] if normalize_before else []))
-    model.eval()
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for gate in list(model.encoder.layer_l0drops) + [model.encoder.l0drop]:
-            gate.log_alpha_proj.weight.copy_(torch.randn(gate.log_alpha_proj.weight.shape, generator=g))
-            gate.log_alpha_proj.bias.fill_(-3.0)  # a quarter to a half of the states close at each gate
+    model, g = gated_between_layers_model("--l0drop-dropped-as", dropped_as,
+                                          *(["--encoder-normalize-before"] if normalize_before else []))
     src, lengths = mixed_length_batch()
     prev = torch.randint(4, 24, (src.size(0), 5), generator=g)
     model, src, lengths, prev = model.to(device), src.to(device), lengths.to(device), prev.to(device)
@@ -462,13 +469,7 @@ def test_a_deep_copy_gates_and_compacts_with_its_own_modules():
     copy's layer hooks read the copy's gates and compaction state, not the original's."""
     import copy
 
-    model, _ = build_l0drop_model("--l0drop-between-layers")
-    model.eval()
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for gate in list(model.encoder.layer_l0drops) + [model.encoder.l0drop]:
-            gate.log_alpha_proj.weight.copy_(torch.randn(gate.log_alpha_proj.weight.shape, generator=g))
-            gate.log_alpha_proj.bias.fill_(-3.0)
+    model, _ = gated_between_layers_model()
     src, lengths = mixed_length_batch()
     twin = copy.deepcopy(model)
     out, rows, _ = encoder_rows_seen(model, src, lengths)
@@ -536,13 +537,7 @@ def test_int8_keeps_the_gates_float32_and_prunes_the_same_states():
 
     from fairseq_sparse.export import quantise_int8
 
-    model, _ = build_l0drop_model("--l0drop-between-layers")
-    model.eval()
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for gate in list(model.encoder.layer_l0drops) + [model.encoder.l0drop]:
-            gate.log_alpha_proj.weight.copy_(torch.randn(gate.log_alpha_proj.weight.shape, generator=g))
-            gate.log_alpha_proj.bias.fill_(-3.0)
+    model, _ = gated_between_layers_model()
     src, lengths = mixed_length_batch()
     out, rows, _ = encoder_rows_seen(model, src, lengths)
     int8 = quantise_int8(model)
