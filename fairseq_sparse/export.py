@@ -34,10 +34,13 @@ def refusal(model_options: Mapping) -> Optional[str]:
     arch = str(model_options.get("arch") or model_options.get("_name") or "")
     if not arch.startswith("transformer"):
         return f"architecture {arch or '(unknown)'}: only fairseq transformer checkpoints are exported"
-    if arch.startswith("transformer_l0drop"):
-        return ("transformer_l0drop is not scriptable yet: its encoder compresses the memory through forward "
-                "hooks, Python objects and try/finally blocks that torch.jit.script cannot compile, and making "
-                "it scriptable without changing a hypothesis is not done (docs/deployment.md); decode it with "
+    if model_options.get("l0drop_between_layers"):
+        return ("--l0drop-between-layers is not exported: its gates compact the encoder between layers through "
+                "forward hooks that torch.jit.script cannot compile (docs/deployment.md); decode it with "
+                "fairseq-generate --user-dir fairseq_sparse")
+    pattern = model_options.get("encoder_output_pattern")
+    if pattern not in (None, "none"):
+        return (f"--encoder-output-pattern {pattern} is not exported (only learnt L0Drop gates are); decode it with "
                 "fairseq-generate --user-dir fairseq_sparse")
     gates = [t for t in str(model_options.get("head_gates") or "").split(",") if t.strip()]
     if gates:

@@ -13,7 +13,7 @@ import math
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import torch
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
@@ -31,6 +31,7 @@ from ..modules.hard_concrete import DEFAULT_BETA, DEFAULT_GAMMA, DEFAULT_ZETA, H
 from ..modules.l0drop import (
     DROPPED_AS_CHOICES,
     CompactedEncoder,
+    CompressedMemory,
     L0Drop,
     compress,
     decoder_padding_mask,
@@ -217,6 +218,8 @@ class CountAwareEncoderLayer(TransformerEncoderLayerBase):
 class L0DropTransformerEncoder(TransformerEncoder):
     """TransformerEncoder + L0Drop on its output (and optionally after every layer but the last)."""
 
+    __jit_unused_properties__ = ["reads_source_tags"]  # TorchScript compiles properties otherwise
+
     def __init__(self, args, dictionary, embed_tokens):
         super().__init__(args, dictionary, embed_tokens)
         self.dropped_as = args.l0drop_dropped_as
@@ -290,6 +293,7 @@ class L0DropTransformerEncoder(TransformerEncoder):
         self._alive = gates != 0
         return x
 
+    @torch.jit.unused  # Python-side state (hooks, CompactedEncoder); TorchScript takes forward_test_time
     def forward(self, src_tokens, src_lengths=None, return_all_hiddens: bool = False, token_embeddings=None,
                 src_tags: Optional[Tensor] = None):
         """fairseq's encoder, then the gates; ``src_tags``: tag ids of the source tokens (the POS pattern)."""
@@ -318,35 +322,39 @@ class L0DropTransformerEncoder(TransformerEncoder):
             out["encoder_out"] = [x]
             out["encoder_padding_mask"] = [decoder_padding_mask(gates, pad, self.dropped_as)]
             return out
-        return self._pruned_output(out, compress(x, gates, pad, self.dropped_as), gates)
+        return pruned_output(out, compress(x, gates, pad, self.dropped_as), gates)
+
+    def forward_test_time(self, src_tokens: Tensor, src_lengths: Tensor) -> Dict[str, List[Tensor]]:
+        """What :meth:`forward` computes in eval mode for a model with gates on the encoder output only (no
+        --l0drop-between-layers, no pattern), in code TorchScript compiles: fairseq's encoder, g_hat, and the
+        compressed memory (or, without pruned decoding, the gated one). fairseq-sparse-export's path."""
+        out = self.forward_scriptable(src_tokens, src_lengths, False, None)
+        pad = src_tokens.eq(self.padding_idx)
+        x, gates = self.l0drop.test_time_gates(out["encoder_out"][0], pad)
+        if not self.pruned_decoding:
+            mask = decoder_padding_mask(gates, pad, self.dropped_as)
+            assert mask is not None  # pad is a tensor
+            out["encoder_out"], out["encoder_padding_mask"], out["l0drop_gates"] = [x], [mask], [gates]
+            return out
+        return pruned_output(out, compress(x, gates, pad, self.dropped_as), gates)
 
     def _compacted_output(self, out):
         """The output gates over the compacted rows, and the memory at the original source positions."""
         rows = self._compacted
         x, gates = self.l0drop(out["encoder_out"][0], rows.live_pad, dropped_before=rows.dropped_before())
         mem = rows.original_memory(compress(x, gates, rows.live_pad, self.dropped_as, rows.dropped))
-        return self._pruned_output(out, mem, rows.original_gates(gates))
-
-    @staticmethod
-    def _pruned_output(out, mem, gates):
-        return {
-            "encoder_out": [mem.memory],
-            "encoder_padding_mask": [mem.padding_mask],
-            "encoder_embedding": [],  # nothing downstream reads it; not carrying it saves copies
-            "encoder_states": out["encoder_states"],
-            "fc_results": [],
-            "src_tokens": [],
-            "src_lengths": out["src_lengths"],
-            "l0drop_gates": [gates],
-            "l0drop_log_count": [mem.log_count],
-            "l0drop_kept_index": [mem.kept_index],
-            "l0drop_pruned": [mem.pruned],
-        }
+        return pruned_output(out, mem, rows.original_gates(gates))
 
     def forward_torchscript(self, net_input: Dict[str, Tensor]):
         """The entry point of fairseq's generators: the encoder is compacted here (``--compact-encoder``; other
         callers, e.g. the analysis tools, see every layer's states at their original positions); also counts
-        the sparsity of decoded sources."""
+        the sparsity of decoded sources. Scripted (fairseq-sparse-export): :meth:`forward_test_time`."""
+        if torch.jit.is_scripting():
+            return self.forward_test_time(net_input["src_tokens"], net_input["src_lengths"])
+        return self._forward_for_generator(net_input)
+
+    @torch.jit.unused
+    def _forward_for_generator(self, net_input: Dict[str, Tensor]):
         self._generating = True
         try:
             out = super().forward_torchscript(net_input)
@@ -355,12 +363,29 @@ class L0DropTransformerEncoder(TransformerEncoder):
         DECODING_STATS.add(out["l0drop_gates"][0], net_input["src_tokens"].eq(self.padding_idx), self.pruned_decoding)
         return out
 
-    def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order):
+    def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order: Tensor):
         """Nothing is copied: fairseq's generator calls this at every step, but our decoder reads the
         memory only at the first step and caches what it needs per sentence from there (keys and
         values, log counts, the attention map), reordering those caches itself. The memory keeps one
         row per sentence (fairseq's beamable encoder-decoder attention, as BART uses it)."""
         return encoder_out
+
+
+def pruned_output(out: Dict[str, List[Tensor]], mem: CompressedMemory, gates: Tensor) -> Dict[str, List[Tensor]]:
+    """The encoder output that hands the decoder the compressed memory ``mem`` (``out``: fairseq's encoder's)."""
+    return {
+        "encoder_out": [mem.memory],
+        "encoder_padding_mask": [mem.padding_mask],
+        "encoder_embedding": [],  # nothing downstream reads it; not carrying it saves copies
+        "encoder_states": out["encoder_states"],
+        "fc_results": [],
+        "src_tokens": [],
+        "src_lengths": out["src_lengths"],
+        "l0drop_gates": [gates],
+        "l0drop_log_count": [mem.log_count],
+        "l0drop_kept_index": [mem.kept_index],
+        "l0drop_pruned": [mem.pruned],
+    }
 
 
 class CountAwareDecoderLayer(SublayerDecoderLayer):
@@ -377,54 +402,72 @@ class L0DropTransformerDecoder(SublayerTransformerDecoder):
 
     layer_cls = CountAwareDecoderLayer
 
-    def extract_features(self, prev_output_tokens, encoder_out=None, incremental_state=None, **kwargs):
-        compressed = encoder_out is not None and "l0drop_log_count" in encoder_out
-        log_count = encoder_out["l0drop_log_count"][0] if compressed else None
-        if compressed:  # cached at the first step, whether or not attention comes back (a headless layer)
+    def extract_features(self, prev_output_tokens: Tensor, encoder_out: Optional[Dict[str, List[Tensor]]] = None,
+                         incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
+                         full_context_alignment: bool = False, alignment_layer: Optional[int] = None,
+                         alignment_heads: Optional[int] = None):
+        """fairseq's features with the memory's log counts handed to every encoder-decoder attention for this
+        call (set again by every call; scriptable)."""
+        log_count: Optional[Tensor] = None
+        kept_index: Optional[Tensor] = None
+        pruned: Optional[Tensor] = None
+        if encoder_out is not None and "l0drop_log_count" in encoder_out:
+            log_count = encoder_out["l0drop_log_count"][0]
+            # cached at the first step, whether or not attention comes back (a headless layer)
             kept_index, pruned = self._attention_map(encoder_out, incremental_state, prev_output_tokens.size(0))
-        for layer in self.layers:
-            if layer.encoder_attn is not None:
-                layer.encoder_attn.log_count = log_count
-        try:
-            x, extra = super().extract_features(prev_output_tokens, encoder_out, incremental_state, **kwargs)
-        finally:
-            for layer in self.layers:
-                if layer.encoder_attn is not None:
-                    layer.encoder_attn.log_count = None
+        self._set_log_count(log_count)
+        x, extra = self.extract_features_scriptable(prev_output_tokens, encoder_out, incremental_state,
+                                                    full_context_alignment, alignment_layer, alignment_heads)
+        self._set_log_count(None)
         attn = extra["attn"][0]
-        if compressed and attn is not None:
+        if attn is not None and kept_index is not None and pruned is not None:
             rows = attn.size(0) // kept_index.size(0)  # hypotheses per sentence (shared memory)
             if rows > 1:
                 kept_index, pruned = kept_index.repeat_interleave(rows, 0), pruned.repeat_interleave(rows, 0)
-            extra["attn"] = [expand_attention(attn, kept_index, pruned)]
+            expanded: List[Optional[Tensor]] = [expand_attention(attn, kept_index, pruned)]
+            extra["attn"] = expanded
         return x, extra
 
-    def _attention_map(self, encoder_out, incremental_state, hypotheses: int):
+    def _set_log_count(self, log_count: Optional[Tensor]):
+        for layer in self.layers:
+            if hasattr(layer.encoder_attn, "log_count"):  # not None, nor a layer whose heads were all pruned
+                layer.encoder_attn.log_count = log_count
+
+    def _attention_map(self, encoder_out: Dict[str, List[Tensor]],
+                       incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]],
+                       hypotheses: int) -> Tuple[Tensor, Tensor]:
         """(kept_index, pruned) of the memory, one row per sentence; cached in incremental decoding, with the
         hypotheses per sentence (``hypotheses`` rows at the first step / sentences)."""
         if incremental_state is not None:
             cached = self.get_incremental_state(incremental_state, "l0drop_map")
             if cached is not None:
-                return cached["kept_index"], cached["pruned"]
+                kept_index, pruned = cached["kept_index"], cached["pruned"]
+                if kept_index is not None and pruned is not None:
+                    return kept_index, pruned
         kept_index, pruned = encoder_out["l0drop_kept_index"][0], encoder_out["l0drop_pruned"][0]
         if incremental_state is not None:
             beam = kept_index.new_full((1,), max(1, hypotheses // max(1, kept_index.size(0))))
-            self.set_incremental_state(incremental_state, "l0drop_map",
-                                       {"kept_index": kept_index, "pruned": pruned, "beam": beam})
+            state: Dict[str, Optional[Tensor]] = {"kept_index": kept_index, "pruned": pruned, "beam": beam}
+            self.set_incremental_state(incremental_state, "l0drop_map", state)
         return kept_index, pruned
 
-    def reorder_incremental_state(self, incremental_state, new_order):
+    def reorder_incremental_state(self, incremental_state: Dict[str, Dict[str, Optional[Tensor]]],
+                                  new_order: Tensor):
         """Keep the cached attention map in step with the generator: new_order lists the surviving
         hypotheses (sentence * beam + k); rows move only when sentences finish."""
         cached = self.get_incremental_state(incremental_state, "l0drop_map")
         if cached is None:
             return
-        beam = int(cached["beam"])  # hypotheses per sentence, set at the first step
-        if cached["kept_index"].size(0) * beam == new_order.size(0):
+        kept_index, pruned, beam_size = cached["kept_index"], cached["pruned"], cached["beam"]
+        if kept_index is None or pruned is None or beam_size is None:
+            return
+        beam = int(beam_size.item())  # hypotheses per sentence, set at the first step
+        if kept_index.size(0) * beam == new_order.size(0):
             return
         sentence_order = new_order.reshape(-1, beam)[:, 0] // beam
-        self.set_incremental_state(incremental_state, "l0drop_map", {
-            k: v if k == "beam" else v.index_select(0, sentence_order) for k, v in cached.items()})
+        state: Dict[str, Optional[Tensor]] = {"kept_index": kept_index.index_select(0, sentence_order),
+                                              "pruned": pruned.index_select(0, sentence_order), "beam": beam_size}
+        self.set_incremental_state(incremental_state, "l0drop_map", state)
 
 
 @register_model("transformer_l0drop")
@@ -489,6 +532,7 @@ class L0DropTransformerModel(SparseTransformerModel):
             raise ValueError(UNTAGGED_INPUT)
         return hub
 
+    @torch.jit.unused  # the encoder's forward is Python-only; fairseq's generators call encoder and decoder
     def forward(self, src_tokens, src_lengths, prev_output_tokens, return_all_hiddens: bool = True,
                 features_only: bool = False, alignment_layer: Optional[int] = None,
                 alignment_heads: Optional[int] = None, src_tags: Optional[Tensor] = None):

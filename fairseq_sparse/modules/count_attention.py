@@ -1,10 +1,12 @@
 """Encoder-decoder attention over a compressed L0Drop memory (Algorithm 1, steps 2-3)."""
-from typing import Optional
+from typing import Dict, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from fairseq.modules import MultiheadAttention
 from torch import Tensor
+
+from .scripting import parent_method
 
 
 class CountAwareAttention(MultiheadAttention):
@@ -21,12 +23,19 @@ class CountAwareAttention(MultiheadAttention):
       Full-sequence passes (training, validation, scoring) have one row per sentence.
     """
 
+    log_count: Optional[Tensor]  # declared for TorchScript (the decoder sets it before each call)
+    _call_bias: Optional[Tensor]
+    #: fairseq's MultiheadAttention.forward, unchanged, callable from TorchScript (modules/scripting.py)
+    _fairseq_forward = parent_method(MultiheadAttention.forward, "_fairseq_forward", {"MultiheadAttention": {
+        "_append_prev_key_padding_mask": MultiheadAttention._append_prev_key_padding_mask}})
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.log_count: Optional[Tensor] = None
-        self._call_bias: Optional[Tensor] = None
+        self.log_count = None
+        self._call_bias = None
 
-    def log_count_for_call(self, query, key, incremental_state) -> Optional[Tensor]:
+    def log_count_for_call(self, query: Tensor, key: Optional[Tensor],
+                           incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]]) -> Optional[Tensor]:
         """The log counts of this call's keys (cached at the first decoding step); sets ``beam_size``."""
         bias = self.log_count
         if incremental_state is None:
@@ -40,22 +49,31 @@ class CountAwareAttention(MultiheadAttention):
                 self._set_input_buffer(incremental_state, saved)
         return saved.get("prev_log_count")
 
-    def forward(self, query, key, value, key_padding_mask=None, incremental_state=None, **kwargs):
+    def forward(self, query: Tensor, key: Optional[Tensor], value: Optional[Tensor],
+                key_padding_mask: Optional[Tensor] = None,
+                incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
+                need_weights: bool = True, static_kv: bool = False, attn_mask: Optional[Tensor] = None,
+                before_softmax: bool = False, need_head_weights: bool = False) -> Tuple[Tensor, Optional[Tensor]]:
         log_count = self.log_count_for_call(query, key, incremental_state)
-        return self.forward_with_log_count(log_count, query, key, value, key_padding_mask=key_padding_mask,
-                                           incremental_state=incremental_state, **kwargs)
+        return self.forward_with_log_count(log_count, query, key, value, key_padding_mask, incremental_state,
+                                           need_weights, static_kv, attn_mask, before_softmax, need_head_weights)
 
-    def forward_with_log_count(self, log_count: Optional[Tensor], query, key, value, key_padding_mask=None,
-                               incremental_state=None, **kwargs):
-        """fairseq's forward with ``log_count`` (from :meth:`log_count_for_call`) added to the logits."""
+    def forward_with_log_count(self, log_count: Optional[Tensor], query: Tensor, key: Optional[Tensor],
+                               value: Optional[Tensor], key_padding_mask: Optional[Tensor] = None,
+                               incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
+                               need_weights: bool = True, static_kv: bool = False,
+                               attn_mask: Optional[Tensor] = None, before_softmax: bool = False,
+                               need_head_weights: bool = False) -> Tuple[Tensor, Optional[Tensor]]:
+        """fairseq's forward with ``log_count`` (from :meth:`log_count_for_call`) added to the logits. The bias
+        of the call is set before fairseq's forward and cleared after it (set again by every call, so an
+        exception inside cannot leave a stale one behind for the next)."""
         if log_count is not None and self.self_attention:  # the compacted encoder (weights are not returned)
-            return self.counted_self_attention(query, key_padding_mask, log_count, kwargs.get("attn_mask")), None
+            return self.counted_self_attention(query, key_padding_mask, log_count, attn_mask), None
         self._call_bias = log_count  # encoder-decoder attention: fairseq's slow path, apply_sparse_mask adds it
-        try:
-            return super().forward(query, key, value, key_padding_mask=key_padding_mask,
-                                   incremental_state=incremental_state, **kwargs)
-        finally:
-            self._call_bias = None
+        out = self._fairseq_forward(query, key, value, key_padding_mask, incremental_state, need_weights,
+                                    static_kv, attn_mask, before_softmax, need_head_weights)
+        self._call_bias = None
+        return out
 
     def counted_self_attention(self, x: Tensor, key_padding_mask: Optional[Tensor], log_count: Tensor,
                                attn_mask: Optional[Tensor] = None) -> Tensor:
@@ -64,16 +82,14 @@ class CountAwareAttention(MultiheadAttention):
         beyond what the kernel needs): the compacted L0Drop encoder's layers, at the cost of fairseq's fast
         path. ``attn_mask``: fairseq's additive T x S float mask, if any."""
         T, B, _ = x.shape
-
-        def split_heads(t):
-            return t.view(T, B, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
-
         bias = log_count.to(x.dtype)
         if key_padding_mask is not None:
-            bias = bias.masked_fill(key_padding_mask.bool(), float("-inf"))
+            bias = bias.masked_fill(key_padding_mask.to(torch.bool), float("-inf"))
         bias = bias[:, None, None, :] if attn_mask is None else bias[:, None, None, :] + attn_mask.to(x.dtype)
-        out = F.scaled_dot_product_attention(split_heads(self.q_proj(x)), split_heads(self.k_proj(x)),
-                                             split_heads(self.v_proj(x)), attn_mask=bias,
+        q = self.q_proj(x).view(T, B, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
+        k = self.k_proj(x).view(T, B, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
+        v = self.v_proj(x).view(T, B, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias,
                                              dropout_p=self.dropout_module.p if self.training else 0.0)
         return self.out_proj(out.permute(2, 0, 1, 3).reshape(T, B, self.num_heads * self.head_dim))
 

@@ -37,6 +37,7 @@ from torch.jit import Final
 
 from .attention_normalisers import build_encdec_attention
 from .options import fill_dataclass_defaults
+from .scripting import parent_method
 
 #: sub-layer order (Yang et al.'s (2020) names) -> residual blocks of a layer
 SUBLAYER_ORDERS: Dict[str, Tuple[str, ...]] = {
@@ -113,8 +114,8 @@ class SublayerDecoderLayer(TransformerDecoderLayerBase):
     them); the block loop reads each optional sub-layer through a local None check."""
 
     encdec_softmax_cls = MultiheadAttention
-    #: fairseq's TransformerDecoderLayerBase.forward, unchanged, callable from TorchScript
-    _fairseq_forward = TransformerDecoderLayerBase.forward
+    #: fairseq's TransformerDecoderLayerBase.forward, unchanged, callable from TorchScript (modules/scripting.py)
+    _fairseq_forward = parent_method(TransformerDecoderLayerBase.forward, "_fairseq_forward")
     standard: Final[bool]
     record: Optional[Dict[str, Tensor]]
 
@@ -149,7 +150,7 @@ class SublayerDecoderLayer(TransformerDecoderLayerBase):
                 prev_self_attn_state: Optional[List[Tensor]] = None, prev_attn_state: Optional[List[Tensor]] = None,
                 self_attn_mask: Optional[Tensor] = None, self_attn_padding_mask: Optional[Tensor] = None,
                 need_attn: bool = False,
-                need_head_weights: bool = False) -> Tuple[Tensor, Optional[Tensor], Optional[List[Tensor]]]:
+                need_head_weights: bool = False) -> Tuple[Tensor, Optional[Tensor], Optional[List[Optional[Tensor]]]]:
         if self.standard:
             if self.record is None:
                 return self._fairseq_forward(x, encoder_out, encoder_padding_mask, incremental_state,

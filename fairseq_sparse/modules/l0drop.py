@@ -14,7 +14,7 @@ Dropped states (gate exactly 0) can mean one of two things, chosen with ``droppe
 
 Training and decoding use the same semantics, so the compressed memory is exact for both.
 """
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
@@ -60,6 +60,13 @@ class L0Drop(SparsityModule):
         """log alpha for states x (T x B x C), as B x T, in float32."""
         return self.log_alpha_proj(x).squeeze(-1).transpose(0, 1).float()
 
+    def test_time_gates(self, x: Tensor, padding_mask: Tensor) -> Tuple[Tensor, Tensor]:
+        """(gated x, g_hat B x T) of the states x (T x B x C) in eval mode, Eq. 13, without statistics: what
+        :meth:`forward` computes in eval mode, for TorchScript (fairseq-sparse-export)."""
+        gates = self.hard_concrete.deterministic(self.log_alpha(x)) * ~padding_mask
+        return x * gates.transpose(0, 1).unsqueeze(-1).to(x.dtype), gates
+
+    @torch.jit.unused  # records statistics in Python; TorchScript takes test_time_gates
     def forward(self, x: Tensor, padding_mask: Optional[Tensor], alive: Optional[Tensor] = None,
                 dropped_before: int = 0):
         """Gate the states x (T x B x C); padding_mask (B x T, True = pad) may be None.
@@ -144,7 +151,9 @@ def compress(x: Tensor, gates: Tensor, padding_mask: Optional[Tensor], dropped_a
     n_kept = kept.sum(1)
     pruned = real & ~kept
     if dropped_as == "zero":
-        count = pruned.sum(1) + (0 if dropped_before is None else dropped_before)
+        count = pruned.sum(1)
+        if dropped_before is not None:
+            count = count + dropped_before
     else:
         count = (n_kept == 0).long()
     width = int(n_kept.max()) if B > 0 else 0

@@ -1,6 +1,6 @@
 """fairseq-sparse-export: the TorchScript file translates, in a process where fairseq and the plugin cannot be
 imported, to the same hypotheses as fairseq-generate (scores to 1e-4 bits) for every architecture it exports:
-a stock transformer, a physically head-pruned checkpoint and the simplified decoder; --int8 gives the same
+a stock transformer, a physically head-pruned checkpoint, the simplified decoder and L0Drop; --int8 gives the same
 hypotheses as the eager int8 model. Checkpoints: the session's stock transformer (conftest.py), pruned by
 fairseq-sparse-prune-heads, and a simplified decoder trained here."""
 import json
@@ -96,6 +96,28 @@ def test_head_pruned_checkpoint_exports_to_fairseq_generates_hypotheses(pruned_c
 
 def test_simplified_decoder_exports_to_fairseq_generates_hypotheses(simplified_ckpt, corpus, tmp_path):
     assert_same_as_fairseq_generate(simplified_ckpt, corpus, tmp_path, "simplified")
+
+
+def test_l0drop_exports_to_fairseq_generates_hypotheses_with_the_compressed_memory(l0drop_ckpt, corpus, tmp_path):
+    """transformer_l0drop (gates on the encoder output, about half the states pruned): the file decodes the
+    compressed memory of Algorithm 1 (N' + 1 rows, not N) and gives fairseq-generate's hypotheses."""
+    import torch
+
+    ts = assert_same_as_fairseq_generate(l0drop_ckpt, corpus, tmp_path, "l0drop")
+    m = torch.jit.load(str(ts))
+    lines = open(os.path.join(corpus["raw"], "test.src"), encoding="utf-8").read().splitlines()
+    ids = [m.encode(line) for line in lines]
+    width = max(len(s) for s in ids)
+    tokens = torch.full((len(ids), width), m.pad, dtype=torch.long)
+    for i, s in enumerate(ids):
+        tokens[i, width - len(s):] = s
+    encoder = getattr(m.generator.model.models, "0").encoder  # a scripted ModuleList has no [i]
+    out = encoder.forward_torchscript(
+        {"src_tokens": tokens, "src_lengths": torch.tensor([len(s) for s in ids])})
+    gates = out["l0drop_gates"][0]
+    kept = int(((gates != 0) & tokens.ne(m.pad)).sum(1).max())
+    assert 0 < kept < width - 1  # about half the states gone, in the file too
+    assert out["encoder_out"][0].size(0) == kept + 1  # the kept states of the longest row and the counted dummy
 
 
 def test_int8_export_equals_the_eager_int8_model(pruned_ckpt, corpus, tmp_path):
