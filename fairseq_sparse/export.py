@@ -10,6 +10,7 @@ generation options fixed at export; ``encode`` / ``decode`` map whitespace-separ
 tokeniser and BPE the model was trained with: they are not in the file) to ids and back with the checkpoint's
 dictionaries. See docs/deployment.md.
 """
+import copy
 import json
 from typing import Dict, List, Mapping, Optional
 
@@ -34,10 +35,6 @@ def refusal(model_options: Mapping) -> Optional[str]:
     arch = str(model_options.get("arch") or model_options.get("_name") or "")
     if not arch.startswith("transformer"):
         return f"architecture {arch or '(unknown)'}: only fairseq transformer checkpoints are exported"
-    if model_options.get("l0drop_between_layers"):
-        return ("--l0drop-between-layers is not exported: its gates compact the encoder between layers through "
-                "forward hooks that torch.jit.script cannot compile (docs/deployment.md); decode it with "
-                "fairseq-generate --user-dir fairseq_sparse")
     pattern = model_options.get("encoder_output_pattern")
     if pattern not in (None, "none"):
         return (f"--encoder-output-pattern {pattern} is not exported (only learnt L0Drop gates are); decode it with "
@@ -58,17 +55,21 @@ def refusal(model_options: Mapping) -> Optional[str]:
 
 def quantise_int8(model: nn.Module) -> nn.Module:
     """Dynamic int8 quantisation of every ``nn.Linear`` but the L0Drop gates' (weights int8, activations quantised
-    per call), torch.ao.quantization.quantize_dynamic; the gates stay float32 (they read the int8 layers' outputs).
+    per call), torch.ao.quantization.quantize_dynamic; the gates stay float32 (they read the int8 layers' outputs),
+    and so does the output projection of an attention layer whose heads were all pruned (only its bias is used).
     fairseq's attention fast path (``F.multi_head_attention_forward``) reads ``q_proj.bias`` / ``.weight`` as
     tensors, which a quantised Linear has only as methods: every attention module is switched to fairseq's own
     path (``skip_embed_dim_check``, as head scaling does), which calls the projections as modules. TorchScript
     never takes the fast path, so this matters to eager use only."""
     from fairseq.modules import MultiheadAttention
 
+    from .modules.head_gates import HeadlessAttention
     from .modules.l0drop import L0Drop
 
-    in_gates = {id(m) for gate in model.modules() if isinstance(gate, L0Drop) for m in gate.modules()}
-    linears = {name for name, m in model.named_modules() if isinstance(m, nn.Linear) and id(m) not in in_gates}
+    # the gates, and attention layers without heads (they only add their output bias: no product to quantise)
+    kept_float = {id(m) for owner in model.modules() if isinstance(owner, (L0Drop, HeadlessAttention))
+                  for m in owner.modules()}
+    linears = {name for name, m in model.named_modules() if isinstance(m, nn.Linear) and id(m) not in kept_float}
     quantised = torch.ao.quantization.quantize_dynamic(model, linears, dtype=torch.qint8)
     for module in quantised.modules():
         if isinstance(module, MultiheadAttention):
@@ -155,6 +156,10 @@ def build_generator(model: nn.Module, tgt_dict, options: Mapping):
 def script_translator(model: nn.Module, task, options: Mapping, metadata: Mapping):
     """The scripted :class:`ScriptedTranslator` of an eval-mode model (quantise first for int8).
     Raises ValueError with torch.jit's message when something does not script."""
+    model = copy.deepcopy(model)  # the caller's model keeps its Python hooks
+    for module in model.modules():
+        if hasattr(module, "drop_python_hooks"):  # the L0Drop encoder's; its scripted path needs none
+            module.drop_python_hooks()
     for p in model.parameters():  # inference only: no autograd graph in the file's calls
         p.requires_grad_(False)
     generator = build_generator(model, task.target_dictionary, options)

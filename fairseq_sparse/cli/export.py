@@ -6,8 +6,9 @@
 The file runs with torch alone (torch.jit.load; no fairseq, no --user-dir), on binarised ids or on
 whitespace-separated tokens through its encode / decode methods, with the generation options given here
 (fairseq-generate's defaults otherwise). Exported: stock fairseq transformer checkpoints, physically head-pruned
-checkpoints (fairseq-sparse-prune-heads) and transformer_simplified_decoder; refused before any work, with the
-reason: L0Drop (not scriptable yet), models with head gates (prune them first), non-softmax attention
+checkpoints (fairseq-sparse-prune-heads), transformer_simplified_decoder, and transformer_l0drop (its compressed
+memory, the compacted encoder between layers, so the composed model too); refused before any work, with the
+reason: models with head gates (prune them first), the rule-based encoder output patterns, non-softmax attention
 normalisers and the coverage model. --int8: dynamic int8 quantisation of every linear layer. docs/deployment.md
 says how to load and call the file.
 """

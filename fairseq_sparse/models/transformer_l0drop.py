@@ -246,16 +246,19 @@ class L0DropTransformerEncoder(TransformerEncoder):
                         f": drops {100 * share:.1f}% of the dictionary's counted tokens")
         self.l0drop = make_l0drop("l0drop") if self.pattern is None else None
         self.layer_l0drops = None
+        self._python_hooks = []  # their handles (drop_python_hooks)
         if args.l0drop_between_layers:
             n = len(self.layers)
             self.layer_l0drops = torch.nn.ModuleList([make_l0drop(f"l0drop_layer{k + 1}") for k in range(n - 1)])
-            for k in range(n - 1):
-                self.layers[k].register_forward_pre_hook(self._hide_dropped_states, with_kwargs=True)
-                # a partial of a bound method, not a closure: copy.deepcopy (fairseq's --ema, quantize_dynamic)
-                # rebinds it to the copy
-                self.layers[k].register_forward_hook(functools.partial(self._gate_layer_output, k))
-            # states dropped before the last layer are hidden from its self-attention too
-            self.layers[n - 1].register_forward_pre_hook(self._hide_dropped_states, with_kwargs=True)
+            for k in range(n):
+                # states dropped before a layer are hidden from its self-attention
+                self._python_hooks.append(
+                    self.layers[k].register_forward_pre_hook(self._hide_dropped_states, with_kwargs=True))
+                if k < n - 1:
+                    # a partial of a bound method, not a closure: copy.deepcopy (fairseq's --ema,
+                    # quantize_dynamic) rebinds it to the copy
+                    self._python_hooks.append(
+                        self.layers[k].register_forward_hook(functools.partial(self._gate_layer_output, k)))
         self._alive: Optional[Tensor] = None  # states not dropped so far, during one forward pass
         self._pad: Optional[Tensor] = None
         self._compacted: Optional[CompactedEncoder] = None  # the rows of a compacting forward pass
@@ -265,6 +268,14 @@ class L0DropTransformerEncoder(TransformerEncoder):
     def reads_source_tags(self) -> bool:
         """True for the POS pattern: every batch needs ``net_input["src_tags"]``."""
         return self.pattern is not None and self.pattern.kind == "pos"
+
+    def drop_python_hooks(self):
+        """Remove the forward hooks of --l0drop-between-layers, which TorchScript cannot compile, before a copy of
+        the model is scripted (fairseq-sparse-export): the scripted generators take
+        :meth:`forward_compacted_test_time`, which calls the layers itself. The eager :meth:`forward` needs them."""
+        for handle in self._python_hooks:
+            handle.remove()
+        self._python_hooks = []
 
     def build_encoder_layer(self, args):
         cfg = TransformerConfig.from_namespace(args)
@@ -325,9 +336,12 @@ class L0DropTransformerEncoder(TransformerEncoder):
         return pruned_output(out, compress(x, gates, pad, self.dropped_as), gates)
 
     def forward_test_time(self, src_tokens: Tensor, src_lengths: Tensor) -> Dict[str, List[Tensor]]:
-        """What :meth:`forward` computes in eval mode for a model with gates on the encoder output only (no
-        --l0drop-between-layers, no pattern), in code TorchScript compiles: fairseq's encoder, g_hat, and the
-        compressed memory (or, without pruned decoding, the gated one). fairseq-sparse-export's path."""
+        """What the generators get in eval mode (no pattern), in code TorchScript compiles: fairseq's encoder,
+        g_hat, and the compressed memory (or, without pruned decoding, the gated one); with
+        --l0drop-between-layers the compacted encoder (:meth:`forward_compacted_test_time`). fairseq-sparse-export's
+        path; the eager generators take :meth:`forward`, which also records the statistics."""
+        if self.layer_l0drops is not None:
+            return self.forward_compacted_test_time(src_tokens)
         out = self.forward_scriptable(src_tokens, src_lengths, False, None)
         pad = src_tokens.eq(self.padding_idx)
         x, gates = self.l0drop.test_time_gates(out["encoder_out"][0], pad)
@@ -338,11 +352,46 @@ class L0DropTransformerEncoder(TransformerEncoder):
             return out
         return pruned_output(out, compress(x, gates, pad, self.dropped_as), gates)
 
+    def forward_compacted_test_time(self, src_tokens: Tensor) -> Dict[str, List[Tensor]]:
+        """--l0drop-between-layers in eval mode, compacted (:class:`CompactedEncoder`), with fairseq's embedding,
+        layers and final LayerNorm called one by one instead of through the forward hooks of :meth:`forward`
+        (which TorchScript cannot compile): the same rows, masks and log counts reach every layer."""
+        pad = src_tokens.eq(self.padding_idx)
+        rows = CompactedEncoder(pad)
+        x, _ = self.forward_embedding(src_tokens, None)
+        x = (x * (1 - pad.unsqueeze(-1).type_as(x))).transpose(0, 1)
+        gated = self.layer_l0drops
+        assert gated is not None
+        # each layer reads the rows' padding mask and, once compacted, the dummy's log count on its self-attention
+        # (what the hooks hand it in forward); TorchScript passes no module to a function, hence the repetition
+        for layer, gate in zip(self.layers, gated):  # every layer but the last, each followed by its gates
+            mask, log_count = rows.layer_inputs()
+            if isinstance(layer.self_attn, CountAwareAttention):  # not a layer whose heads were all pruned
+                layer.self_attn.log_count = log_count
+            x = layer(x, encoder_padding_mask=mask)
+            x, gates = gate.test_time_gates(x, rows.live_pad)
+            x = rows.compact(x, gates, self.dropped_as)
+        last = self.layers[-1]  # not self.layers[-1:]: TorchScript (2.13) takes that slice from the first layer
+        mask, log_count = rows.layer_inputs()
+        if isinstance(last.self_attn, CountAwareAttention):
+            last.self_attn.log_count = log_count
+        x = last(x, encoder_padding_mask=mask)
+        for layer in self.layers:
+            if isinstance(layer.self_attn, CountAwareAttention):
+                layer.self_attn.log_count = None
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+        x, gates = self.l0drop.test_time_gates(x, rows.live_pad)
+        mem = rows.original_memory(compress(x, gates, rows.live_pad, self.dropped_as, rows.dropped()))
+        lengths = src_tokens.ne(self.padding_idx).sum(dim=1, dtype=torch.int32).reshape(-1, 1).contiguous()
+        out: Dict[str, List[Tensor]] = {"encoder_states": [], "src_lengths": [lengths]}
+        return pruned_output(out, mem, rows.original_gates(gates))
+
     def _compacted_output(self, out):
         """The output gates over the compacted rows, and the memory at the original source positions."""
         rows = self._compacted
         x, gates = self.l0drop(out["encoder_out"][0], rows.live_pad, dropped_before=rows.dropped_before())
-        mem = rows.original_memory(compress(x, gates, rows.live_pad, self.dropped_as, rows.dropped))
+        mem = rows.original_memory(compress(x, gates, rows.live_pad, self.dropped_as, rows.dropped()))
         return pruned_output(out, mem, rows.original_gates(gates))
 
     def forward_torchscript(self, net_input: Dict[str, Tensor]):
@@ -430,7 +479,7 @@ class L0DropTransformerDecoder(SublayerTransformerDecoder):
 
     def _set_log_count(self, log_count: Optional[Tensor]):
         for layer in self.layers:
-            if hasattr(layer.encoder_attn, "log_count"):  # not None, nor a layer whose heads were all pruned
+            if isinstance(layer.encoder_attn, CountAwareAttention):  # not None, nor a layer whose heads were all pruned
                 layer.encoder_attn.log_count = log_count
 
     def _attention_map(self, encoder_out: Dict[str, List[Tensor]],

@@ -96,9 +96,11 @@ class HeadGates(SparsityModule):
 class HeadlessAttention(MultiheadAttention):
     """An attention layer whose heads were all pruned: Concat() W^O + b = b for every position."""
 
-    def forward(self, query, key=None, value=None, key_padding_mask=None, incremental_state=None,
-                need_weights=True, static_kv=False, attn_mask=None, before_softmax=False,
-                need_head_weights=False):
+    def forward(self, query: Tensor, key: Optional[Tensor] = None, value: Optional[Tensor] = None,
+                key_padding_mask: Optional[Tensor] = None,
+                incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
+                need_weights: bool = True, static_kv: bool = False, attn_mask: Optional[Tensor] = None,
+                before_softmax: bool = False, need_head_weights: bool = False) -> Tuple[Tensor, Optional[Tensor]]:
         bias = self.out_proj.bias
         if bias is None:
             out = query.new_zeros(query.size(0), query.size(1), self.out_proj.out_features)

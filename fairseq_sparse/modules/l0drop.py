@@ -185,15 +185,21 @@ class CompactedEncoder:
     def __init__(self, padding_mask: Tensor):
         self.original_pad = padding_mask
         self.n_real = int((~padding_mask).sum())
-        self.memory: Optional[CompressedMemory] = None  # None until the first gated layer
+        # None until the first gated layer (the annotation: TorchScript compiles this class for the exported encoder)
+        self.memory = torch.jit.annotate(Optional[CompressedMemory], None)
         self.index = torch.arange(padding_mask.size(1), device=padding_mask.device).expand_as(padding_mask)
         self.live_pad = padding_mask
 
-    @property
     def dropped(self) -> Optional[Tensor]:
         """Per sentence, the count of the current dummy (``zero``: the states dropped so far); None before
         the first compaction."""
-        return None if self.memory is None else self.memory.count
+        mem = self.memory
+        return None if mem is None else mem.count
+
+    def layer_inputs(self) -> Tuple[Tensor, Optional[Tensor]]:
+        """(padding mask, log counts) for the next encoder layer's self-attention over the rows."""
+        mem = self.memory
+        return (self.original_pad, None) if mem is None else (mem.padding_mask, mem.log_count)
 
     def dropped_before(self) -> int:
         """Real states of the batch no longer among the rows (for L0Drop's statistics)."""
@@ -203,13 +209,14 @@ class CompactedEncoder:
         """Keep the rows whose gate is open, behind a fresh zero dummy; returns the new states. A gate that
         closed nothing leaves the rows as they are (x is already gated: the dummy row, never a candidate, is 0),
         so an open gate costs no extra row."""
-        if not ((gates == 0) & ~self.live_pad).any():
+        if not bool(((gates == 0) & ~self.live_pad).any()):
             return x
-        mem = compress(x, gates, self.live_pad, dropped_as, self.dropped)
+        mem = compress(x, gates, self.live_pad, dropped_as, self.dropped())
         self.memory = mem
         self.index = self.index.gather(1, mem.kept_index)
-        self.live_pad = mem.padding_mask.clone()
-        self.live_pad[:, 0] = True
+        live_pad = mem.padding_mask.clone()
+        live_pad[:, 0] = True
+        self.live_pad = live_pad
         return mem.memory
 
     def original_gates(self, gates: Tensor) -> Tensor:
@@ -223,7 +230,8 @@ class CompactedEncoder:
         kept_index[:, 0] = 0
         kept = kept_index.new_zeros(self.original_pad.shape).scatter_add_(
             1, kept_index[:, 1:], (~mem.padding_mask[:, 1:]).long()) > 0  # padding slots add 0 at position 0
-        return mem._replace(kept_index=kept_index, pruned=~self.original_pad & ~kept)
+        return CompressedMemory(mem.memory, mem.padding_mask, mem.log_count, kept_index, ~self.original_pad & ~kept,
+                                mem.count)
 
 
 def expand_attention(attn: Tensor, kept_index: Tensor, pruned: Tensor) -> Tensor:

@@ -1,6 +1,7 @@
 """fairseq-sparse-export: the TorchScript file translates, in a process where fairseq and the plugin cannot be
 imported, to the same hypotheses as fairseq-generate (scores to 1e-4 bits) for every architecture it exports:
-a stock transformer, a physically head-pruned checkpoint, the simplified decoder and L0Drop; --int8 gives the same
+a stock transformer, a physically head-pruned checkpoint, the simplified decoder, L0Drop and the composed
+model; --int8 gives the same
 hypotheses as the eager int8 model. Checkpoints: the session's stock transformer (conftest.py), pruned by
 fairseq-sparse-prune-heads, and a simplified decoder trained here."""
 import json
@@ -82,6 +83,24 @@ def simplified_ckpt(corpus, tmp_path_factory):
     return os.path.join(save, "checkpoint_last.pt")
 
 
+@pytest.fixture(scope="module")
+def composed_ckpt(corpus, tmp_path_factory):
+    """The composed model (simplified decoder, L0Drop between the encoder layers and on the output, head gates)
+    trained to a target of half the states, its heads then cut out by a mask that leaves one encoder layer and
+    one encoder-decoder attention without any head."""
+    save = tmp_path_factory.mktemp("composed")
+    fairseq_train(corpus["bin"], str(save), [
+        "--arch", "transformer_l0drop", "--criterion", "label_smoothed_cross_entropy_with_sparsity",
+        "--label-smoothing", "0.1", "--simplified-decoder", "--l0drop-between-layers", "--head-gates", "enc,dec,encdec",
+        "--l0drop-target-sparsity", "0.5", "--optimizer", "adam_sparsity"] + TINY_MODEL, max_update=250)
+    mask = save / "mask.json"
+    mask.write_text(json.dumps({"enc": [[0, 0, 0, 0], [1, 0, 1, 1]], "dec": [[1, 1, 0, 1], [1, 1, 1, 1]],
+                                "encdec": [[0, 1, 1, 1], [0, 0, 0, 0]]}))
+    run([console("fairseq-sparse-prune-heads"), "--path", str(save / "checkpoint_last.pt"), "--head-mask", str(mask),
+         "--output", str(save / "pruned.pt")])
+    return str(save / "pruned.pt")
+
+
 def test_stock_transformer_exports_to_fairseq_generates_hypotheses(stock_transformer_ckpt, corpus, tmp_path):
     ts = assert_same_as_fairseq_generate(stock_transformer_ckpt, corpus, tmp_path, "stock")
     from fairseq_sparse.export import read_metadata
@@ -120,9 +139,18 @@ def test_l0drop_exports_to_fairseq_generates_hypotheses_with_the_compressed_memo
     assert out["encoder_out"][0].size(0) == kept + 1  # the kept states of the longest row and the counted dummy
 
 
-def test_int8_export_equals_the_eager_int8_model(pruned_ckpt, corpus, tmp_path):
-    """--int8: every Linear quantised (dynamic); the file's hypotheses are those of the eager quantised model,
-    which needs the fast-path switch (fairseq's fast path reads a quantised Linear's .bias as a tensor)."""
+def test_composed_model_exports_to_fairseq_generates_hypotheses(composed_ckpt, corpus, tmp_path):
+    """The compacted encoder (L0Drop between layers) with a headless layer, the simplified decoder, pruned heads."""
+    assert_same_as_fairseq_generate(composed_ckpt, corpus, tmp_path, "composed")
+
+
+@pytest.mark.parametrize("checkpoint", ["pruned_ckpt", "l0drop_ckpt"])
+def test_int8_export_equals_the_eager_int8_model(checkpoint, corpus, tmp_path, request):
+    """--int8: every Linear quantised (dynamic; L0Drop's gates stay float32); the file's hypotheses are those of
+    the eager quantised model, which needs the fast-path switch (fairseq's fast path reads a quantised Linear's
+    .bias as a tensor). Scores are not compared: activations are quantised per call, so float differences of
+    1e-7 between the eager and the scripted kernels can move a rounding step."""
+    ckpt = request.getfixturevalue(checkpoint)
     import torch
     from fairseq.sequence_generator import SequenceGenerator
 
@@ -130,9 +158,9 @@ def test_int8_export_equals_the_eager_int8_model(pruned_ckpt, corpus, tmp_path):
     from fairseq_sparse.export import quantise_int8
 
     ts = tmp_path / "int8.ts.pt"
-    export(pruned_ckpt, ts, "--int8")
+    export(ckpt, ts, "--int8")
     got = standalone(ts, os.path.join(corpus["raw"], "test.src"))
-    model, _, task = common.load_checkpoint(pruned_ckpt, corpus["bin"])
+    model, _, task = common.load_checkpoint(ckpt, corpus["bin"])
     model = quantise_int8(model.eval())
     assert any(isinstance(m, torch.ao.nn.quantized.dynamic.Linear) for m in model.modules())
     gen = SequenceGenerator([model], task.target_dictionary, beam_size=4, max_len_b=30)

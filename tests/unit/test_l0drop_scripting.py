@@ -1,0 +1,71 @@
+"""transformer_l0drop under torch.jit.script (fairseq-sparse-export): the encoder's scripted path
+(``forward_test_time``) gives the memory of the eager generators' path, and the scripted beam search the eager
+one's hypotheses, for gates on the output and between layers, states dropped as zeros or masked, pruned decoding
+on and off. In-process models with random gates (no training); trained checkpoints: tests/e2e/test_export_e2e.py."""
+import copy
+
+import pytest
+import torch
+from fairseq.tasks.translation import TranslationConfig, TranslationTask
+
+from fairseq_sparse import export
+from test_l0drop import build_l0drop_model, mixed_length_batch
+
+CASES = [("zero", False, True), ("mask", False, True), ("zero", False, False), ("zero", True, True),
+         ("mask", True, True)]
+
+
+def gated_model(dropped_as, between, pruned_decoding):
+    """Eval-mode transformer_l0drop whose gates (each a random direction, bias -3) close a quarter to a half of
+    the states at each gate."""
+    extra = ["--l0drop-dropped-as", dropped_as] + (["--l0drop-between-layers"] if between else [])
+    model, _ = build_l0drop_model(*extra)
+    model.eval()
+    model.encoder.pruned_decoding = pruned_decoding
+    g = torch.Generator().manual_seed(0)
+    gates = [model.encoder.l0drop] + (list(model.encoder.layer_l0drops) if between else [])
+    with torch.no_grad():
+        for gate in gates:
+            gate.log_alpha_proj.weight.copy_(torch.randn(gate.log_alpha_proj.weight.shape, generator=g))
+            gate.log_alpha_proj.bias.fill_(-3.0)
+    return model
+
+
+@pytest.mark.parametrize("dropped_as, between, pruned_decoding", CASES)
+def test_scripted_path_gives_the_generators_memory(dropped_as, between, pruned_decoding):
+    model = gated_model(dropped_as, between, pruned_decoding)
+    src, lengths = mixed_length_batch()
+    scripted_path = copy.deepcopy(model)
+    scripted_path.encoder.drop_python_hooks()  # what the export scripts
+    with torch.no_grad():
+        want = model.encoder.forward_torchscript({"src_tokens": src, "src_lengths": lengths})
+        got = scripted_path.encoder.forward_test_time(src, lengths)
+    real = src.ne(1)
+    assert 0 < int(((want["l0drop_gates"][0] == 0) & real).sum()) < int(real.sum())  # some states pruned, not all
+    keys = ["encoder_out", "encoder_padding_mask", "l0drop_gates"]
+    if pruned_decoding or between:  # between layers, the scripted encoder always compacts (exact either way)
+        keys += ["l0drop_log_count", "l0drop_kept_index", "l0drop_pruned"]
+    for key in keys:
+        assert got[key][0].shape == want[key][0].shape, key
+        torch.testing.assert_close(got[key][0].float(), want[key][0].float(), atol=1e-5, rtol=0, msg=key)
+
+
+@pytest.mark.parametrize("dropped_as, between, pruned_decoding", CASES)
+def test_scripted_beam_search_gives_the_eager_hypotheses(dropped_as, between, pruned_decoding):
+    """(--int8 of trained L0Drop checkpoints: tests/e2e/test_export_e2e.py; with random weights int8 rounding
+    turns near ties either way.)"""
+    model = gated_model(dropped_as, between, pruned_decoding)
+    d = model.encoder.dictionary
+    task = TranslationTask(TranslationConfig(), d, d)
+    options = dict(export.GENERATION_DEFAULTS, beam=3, max_len_b=8)
+    scripted = export.script_translator(model, task, options, {})
+    assert model.encoder._python_hooks or not between  # the caller's model keeps its hooks
+    src, lengths = mixed_length_batch()
+    with torch.no_grad():
+        want = export.build_generator(model, task.target_dictionary, options)(
+            {"net_input": {"src_tokens": src, "src_lengths": lengths}})
+    got = scripted(src, lengths)
+    for w, g in zip(want, got):
+        for hyp_w, hyp_g in zip(w, g):
+            assert hyp_w["tokens"].tolist() == hyp_g["tokens"].tolist()
+            assert abs(float(hyp_w["score"]) - float(hyp_g["score"])) < 1e-4
