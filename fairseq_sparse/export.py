@@ -35,10 +35,10 @@ def refusal(model_options: Mapping) -> Optional[str]:
     arch = str(model_options.get("arch") or model_options.get("_name") or "")
     if not arch.startswith("transformer"):
         return f"architecture {arch or '(unknown)'}: only fairseq transformer checkpoints are exported"
-    pattern = model_options.get("encoder_output_pattern")
-    if pattern not in (None, "none"):
-        return (f"--encoder-output-pattern {pattern} is not exported (only learnt L0Drop gates are); decode it with "
-                "fairseq-generate --user-dir fairseq_sparse")
+    if model_options.get("encoder_output_pattern") == "pos":
+        return ("--encoder-output-pattern pos reads part-of-speech tags that travel with fairseq's data "
+                "(--task translation_source_tags); the artefact takes token ids only. Decode it with "
+                "fairseq-generate --user-dir fairseq_sparse --task translation_source_tags")
     gates = [t for t in str(model_options.get("head_gates") or "").split(",") if t.strip()]
     if gates:
         return (f"the model has head gates ({','.join(gates)}): cut the closed heads out first "

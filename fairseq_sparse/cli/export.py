@@ -8,7 +8,7 @@ whitespace-separated tokens through its encode / decode methods, with the genera
 (fairseq-generate's defaults otherwise). Exported: stock fairseq transformer checkpoints, physically head-pruned
 checkpoints (fairseq-sparse-prune-heads), transformer_simplified_decoder, and transformer_l0drop (its compressed
 memory, the compacted encoder between layers, so the composed model too); refused before any work, with the
-reason: models with head gates (prune them first), the rule-based encoder output patterns, non-softmax attention
+reason: models with head gates (prune them first), the POS encoder output pattern (it reads tags), non-softmax attention
 normalisers and the coverage model. --int8: dynamic int8 quantisation of every linear layer. docs/deployment.md
 says how to load and call the file.
 """

@@ -336,15 +336,21 @@ class L0DropTransformerEncoder(TransformerEncoder):
         return pruned_output(out, compress(x, gates, pad, self.dropped_as), gates)
 
     def forward_test_time(self, src_tokens: Tensor, src_lengths: Tensor) -> Dict[str, List[Tensor]]:
-        """What the generators get in eval mode (no pattern), in code TorchScript compiles: fairseq's encoder,
-        g_hat, and the compressed memory (or, without pruned decoding, the gated one); with
+        """What the generators get in eval mode, in code TorchScript compiles: fairseq's encoder, g_hat (or a
+        pattern's gates), and the compressed memory (or, without pruned decoding, the gated one); with
         --l0drop-between-layers the compacted encoder (:meth:`forward_compacted_test_time`). fairseq-sparse-export's
         path; the eager generators take :meth:`forward`, which also records the statistics."""
         if self.layer_l0drops is not None:
             return self.forward_compacted_test_time(src_tokens)
         out = self.forward_scriptable(src_tokens, src_lengths, False, None)
         pad = src_tokens.eq(self.padding_idx)
-        x, gates = self.l0drop.test_time_gates(out["encoder_out"][0], pad)
+        x = out["encoder_out"][0]
+        pattern = self.pattern
+        if pattern is not None:  # a rule (not the POS pattern: no tags reach a scripted model)
+            gates = pattern(src_tokens, pad, None)
+            x = x * gates.transpose(0, 1).unsqueeze(-1).to(x.dtype)
+        else:
+            x, gates = self.l0drop.test_time_gates(x, pad)
         if not self.pruned_decoding:
             mask = decoder_padding_mask(gates, pad, self.dropped_as)
             assert mask is not None  # pad is a tensor

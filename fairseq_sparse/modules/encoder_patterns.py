@@ -79,6 +79,11 @@ class EncoderOutputPattern(SparsityModule):
         if rate is not None and not (math.isfinite(rate) and 0 <= rate < 1):
             raise ValueError(f"--encoder-output-pattern-rate must lie in [0, 1), got {rate}")
         self.kind, self.eos = kind, eos
+        self.untagged_input = UNTAGGED_INPUT  # an attribute: TorchScript reads no global string
+        # every kind holds every table (empty where unused) so that forward compiles under TorchScript
+        # (fairseq-sparse-export); not saved in checkpoints
+        for name in ("continues", "dropped_tags", "dropped"):
+            self.register_buffer(name, torch.zeros(0, dtype=torch.bool), persistent=False)
         if kind == "pos":
             if symbols is None or rate is not None:
                 raise ValueError("the POS pattern needs the dictionary's symbols and takes no rate")
@@ -118,7 +123,7 @@ class EncoderOutputPattern(SparsityModule):
         real = torch.ones_like(src_tokens, dtype=torch.bool) if padding_mask is None else ~padding_mask
         if self.kind == "pos":
             if src_tags is None or src_tags.shape != src_tokens.shape:
-                raise ValueError(UNTAGGED_INPUT)
+                raise ValueError(self.untagged_input)
             continues = self.continues.to(src_tokens.device)[src_tokens]
             later_piece = torch.zeros_like(continues)
             later_piece[:, 1:] = continues[:, :-1]  # the previous piece ends with the BPE marker

@@ -12,13 +12,14 @@ from fairseq_sparse.export import refusal
     {"arch": "transformer_simplified_decoder", "head_gates": "", "encdec_attention_normaliser": "softmax"},
     {"arch": "transformer_l0drop", "l0drop_between_layers": False, "encoder_output_pattern": "none"},
     {"arch": "transformer_l0drop_iwslt_de_en"},
+    {"arch": "transformer_l0drop", "encoder_output_pattern": "group", "encoder_output_pattern_every": 2},
 ])
 def test_exportable(options):
     assert refusal(options) is None
 
 
 @pytest.mark.parametrize("options, reason", [
-    ({"arch": "transformer_l0drop", "encoder_output_pattern": "freq"}, "--encoder-output-pattern freq"),
+    ({"arch": "transformer_l0drop", "encoder_output_pattern": "pos"}, "part-of-speech tags"),
     ({"arch": "transformer_head_gates", "head_gates": "enc,dec,encdec"}, "fairseq-sparse-prune-heads"),
     ({"arch": "transformer", "encdec_attention_normaliser": "sparsemax"}, "only softmax attention"),
     ({"arch": "transformer_head_gates", "encdec_attention_coverage": True}, "coverage model"),

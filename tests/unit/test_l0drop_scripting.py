@@ -1,7 +1,7 @@
 """transformer_l0drop under torch.jit.script (fairseq-sparse-export): the encoder's scripted path
 (``forward_test_time``) gives the memory of the eager generators' path, and the scripted beam search the eager
-one's hypotheses, for gates on the output and between layers, states dropped as zeros or masked, pruned decoding
-on and off. In-process models with random gates (no training); trained checkpoints: tests/e2e/test_export_e2e.py."""
+one's hypotheses, for gates on the output and between layers, the rule-based patterns (group, freq), states
+dropped as zeros or masked, pruned decoding on and off. In-process models with random gates (no training); trained checkpoints: tests/e2e/test_export_e2e.py."""
 import copy
 
 import pytest
@@ -11,29 +11,32 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from fairseq_sparse import export
 from test_l0drop import build_l0drop_model, mixed_length_batch
 
-CASES = [("zero", False, True), ("mask", False, True), ("zero", False, False), ("zero", True, True),
-         ("mask", True, True)]
+GROUP = ["--encoder-output-pattern", "group", "--encoder-output-pattern-every", "2"]
+FREQ = ["--encoder-output-pattern", "freq", "--encoder-output-pattern-top-k", "6"]
+#: (dropped_as, between, pruned_decoding, pattern options)
+CASES = [("zero", False, True, []), ("mask", False, True, []), ("zero", False, False, []), ("zero", True, True, []),
+         ("mask", True, True, []), ("zero", False, True, GROUP), ("mask", False, True, FREQ)]
 
 
-def gated_model(dropped_as, between, pruned_decoding):
+def gated_model(dropped_as, between, pruned_decoding, pattern):
     """Eval-mode transformer_l0drop whose gates (each a random direction, bias -3) close a quarter to a half of
-    the states at each gate."""
-    extra = ["--l0drop-dropped-as", dropped_as] + (["--l0drop-between-layers"] if between else [])
+    the states at each gate; or a rule-based pattern instead of the output gates."""
+    extra = ["--l0drop-dropped-as", dropped_as] + (["--l0drop-between-layers"] if between else []) + pattern
     model, _ = build_l0drop_model(*extra)
     model.eval()
     model.encoder.pruned_decoding = pruned_decoding
     g = torch.Generator().manual_seed(0)
-    gates = [model.encoder.l0drop] + (list(model.encoder.layer_l0drops) if between else [])
+    gates = [] if pattern else [model.encoder.l0drop]
     with torch.no_grad():
-        for gate in gates:
+        for gate in gates + (list(model.encoder.layer_l0drops) if between else []):
             gate.log_alpha_proj.weight.copy_(torch.randn(gate.log_alpha_proj.weight.shape, generator=g))
             gate.log_alpha_proj.bias.fill_(-3.0)
     return model
 
 
-@pytest.mark.parametrize("dropped_as, between, pruned_decoding", CASES)
-def test_scripted_path_gives_the_generators_memory(dropped_as, between, pruned_decoding):
-    model = gated_model(dropped_as, between, pruned_decoding)
+@pytest.mark.parametrize("dropped_as, between, pruned_decoding, pattern", CASES)
+def test_scripted_path_gives_the_generators_memory(dropped_as, between, pruned_decoding, pattern):
+    model = gated_model(dropped_as, between, pruned_decoding, pattern)
     src, lengths = mixed_length_batch()
     scripted_path = copy.deepcopy(model)
     scripted_path.encoder.drop_python_hooks()  # what the export scripts
@@ -50,11 +53,11 @@ def test_scripted_path_gives_the_generators_memory(dropped_as, between, pruned_d
         torch.testing.assert_close(got[key][0].float(), want[key][0].float(), atol=1e-5, rtol=0, msg=key)
 
 
-@pytest.mark.parametrize("dropped_as, between, pruned_decoding", CASES)
-def test_scripted_beam_search_gives_the_eager_hypotheses(dropped_as, between, pruned_decoding):
+@pytest.mark.parametrize("dropped_as, between, pruned_decoding, pattern", CASES)
+def test_scripted_beam_search_gives_the_eager_hypotheses(dropped_as, between, pruned_decoding, pattern):
     """(--int8 of trained L0Drop checkpoints: tests/e2e/test_export_e2e.py; with random weights int8 rounding
     turns near ties either way.)"""
-    model = gated_model(dropped_as, between, pruned_decoding)
+    model = gated_model(dropped_as, between, pruned_decoding, pattern)
     d = model.encoder.dictionary
     task = TranslationTask(TranslationConfig(), d, d)
     options = dict(export.GENERATION_DEFAULTS, beam=3, max_len_b=8)
