@@ -57,6 +57,18 @@ def target_flags(option: str, target: float, a) -> List[str]:
             str(min(a.target_warmup_updates, a.finetune_updates // 2))]
 
 
+def l0drop_flags(a) -> List[str]:
+    """L0Drop's pressure: a fixed penalty weight (--l0drop-lambda; the paper's protocol, Zhang, Titov & Sennrich
+    2021 Sec. 6: lambda 0.3, the sparsity whatever it reaches) or else a target sparsity."""
+    if a.l0drop_lambda:
+        return ["--l0drop-lambda", str(a.l0drop_lambda)]
+    return target_flags("--l0drop-target-sparsity", a.l0drop_target, a)
+
+
+def l0drop_pressure(a) -> str:
+    return f"lambda {a.l0drop_lambda}" if a.l0drop_lambda else f"target {a.l0drop_target}"
+
+
 def regulariser_name(a) -> str:
     return "minimum-entropy" if a.attention_reg == "entropy" else "max-L-inf"
 
@@ -87,15 +99,15 @@ METHODS: Tuple[Method, ...] = (
            arch="transformer_head_gates", control="baseline", flags=lambda a: ["--head-gates", ""],
            attention_analysed=True, checkpoint_every=True),
     Method("l0drop", "L0Drop (Zhang, Titov & Sennrich 2021) asked for a share of pruned source states",
-           lambda a: f"L0Drop, target {a.l0drop_target}, pruned decoding",
+           lambda a: f"L0Drop, {l0drop_pressure(a)}, pruned decoding",
            arch="transformer_l0drop", control="control", attention_analysed=True, full_memory=True,
-           flags=lambda a: target_flags("--l0drop-target-sparsity", a.l0drop_target, a)),
+           flags=l0drop_flags),
     Method("l0drop_layers", "L0Drop between every pair of encoder layers and on the output "
                             "(Zhang, Titov & Sennrich 2021 Sec. 6); fairseq-generate compacts the encoder",
-           lambda a: f"L0Drop between encoder layers and on the output, target {a.l0drop_target}, "
+           lambda a: f"L0Drop between encoder layers and on the output, {l0drop_pressure(a)}, "
                      "compacted encoder, pruned decoding",
            arch="transformer_l0drop", control="control", decoding="layered", opt_in=True, full_memory=True,
-           flags=lambda a: ["--l0drop-between-layers"] + target_flags("--l0drop-target-sparsity", a.l0drop_target, a)),
+           flags=lambda a: ["--l0drop-between-layers"] + l0drop_flags(a)),
     Method("simplified", "Yang et al. (2020) Sec. 3.3: decoder layers without FFN, trained exactly as the baseline",
            lambda a: "simplified decoder (no decoder FFN), trained as the baseline",
            arch="transformer_simplified_decoder", start=None, control="baseline", decoding="best"),
@@ -105,12 +117,11 @@ METHODS: Tuple[Method, ...] = (
            flags=lambda a: ["--head-gates", ""]),
     Method("composed", "every method in one model: the simplified decoder with L0Drop between layers and head "
                        "gates, closed heads cut out",
-           lambda a: f"simplified decoder + L0Drop between layers (target {a.l0drop_target}) + head gates on "
+           lambda a: f"simplified decoder + L0Drop between layers ({l0drop_pressure(a)}) + head gates on "
                      f"{a.composed_head_gates} (target {a.heads_target}), closed heads cut out",
            arch="transformer_l0drop", start="simplified", control="control", decoding="layered", opt_in=True,
            full_memory=True, flags=lambda a: ["--simplified-decoder", "--l0drop-between-layers", "--head-gates", a.composed_head_gates]
-           + target_flags("--l0drop-target-sparsity", a.l0drop_target, a)
-           + target_flags("--head-gates-target-sparsity", a.heads_target, a)),
+           + l0drop_flags(a) + target_flags("--head-gates-target-sparsity", a.heads_target, a)),
     Method("pattern_pos", "rule-based pattern: function words, punctuation, MD, EX and non-initial subword pieces "
                           "dropped, from POS tags of the source (Zhang, Titov & Sennrich 2021 Sec. 7)",
            lambda a: "function words, punctuation, MD, EX, non-initial subword pieces dropped by rule (POS tags)",

@@ -122,6 +122,9 @@ def _model_and_budget(p):
 def _methods(p):
     g = p.add_argument_group("methods")
     g.add_argument("--l0drop-target", type=float, default=0.5, help="L0Drop target sparsity")
+    g.add_argument("--l0drop-lambda", type=float, default=0.0,
+                   help="a fixed L0Drop penalty weight instead of --l0drop-target (the paper's protocol, Zhang, Titov "
+                        "& Sennrich 2021 Sec. 6: lambda 0.3; the sparsity is whatever it reaches); 0: the target")
     g.add_argument("--heads-target", type=float, default=0.5, help="head-gate target sparsity (share of heads closed)")
     g.add_argument("--composed-head-gates", default="enc,dec,encdec",
                    help="attention types the composed model gates (comma list of enc, dec, encdec)")
@@ -251,6 +254,8 @@ def _check_ranges(a):
     for name in ("l0drop_target", "heads_target", "importance_fraction", "dropout"):
         if not 0 <= getattr(a, name) < 1:
             return f"--{name.replace('_', '-')} must lie in [0, 1)"
+    if not (math.isfinite(a.l0drop_lambda) and a.l0drop_lambda >= 0):
+        return "--l0drop-lambda must be a number, at least 0"
     if not 0 <= a.distill_weight <= 1:  # NaN fails too
         return "--distill-weight must lie in [0, 1]"
     if not (math.isfinite(a.distill_temperature) and a.distill_temperature > 0):

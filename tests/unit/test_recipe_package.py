@@ -50,6 +50,26 @@ def test_finetune_command_starts_from_its_model_and_resumes_without_it():
     assert composed[composed.index("--finetune-from-model") + 1] == "simplified/checkpoint_best.pt"
 
 
+def test_a_fixed_l0drop_lambda_replaces_the_target_in_every_l0drop_model():
+    a = options("--l0drop-lambda", "0.3")
+    for name in ("l0drop", "l0drop_layers", "composed"):
+        cmd = commands.finetune(a, "bin", methods.BY_NAME[name])
+        assert cmd[cmd.index("--l0drop-lambda") + 1] == "0.3" and "--l0drop-target-sparsity" not in cmd, name
+        assert "lambda 0.3" in methods.BY_NAME[name].what(a)
+    composed = commands.finetune(a, "bin", methods.BY_NAME["composed"])
+    assert composed[composed.index("--head-gates-target-sparsity") + 1] == "0.5"  # the heads keep their target
+    assert "--l0drop-lambda" not in commands.finetune(options(), "bin", methods.BY_NAME["l0drop"])
+
+
+@pytest.mark.parametrize("value", ["-0.1", "nan", "inf"])
+def test_a_bad_l0drop_lambda_is_refused(value, capsys):
+    from fairseq_sparse.recipe.options import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(["--corpus", "c", "-s", "en", "-t", "de", "--work-dir", "w", "--l0drop-lambda", value])
+    assert "--l0drop-lambda must be a number, at least 0" in capsys.readouterr().err
+
+
 def test_distillation_and_patience_flags():
     a = options("--distill-weight", "0.5", "--baseline-patience", "4")
     for name in ("control", "l0drop", "composed"):  # a method and its control: the same teacher
