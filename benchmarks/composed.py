@@ -18,6 +18,9 @@ Variants (one model size; fairseq's SequenceGenerator, beam search, output lengt
   stock_int8       stock and composed with every Linear of the decoder and encoder layers and the output
   composed_int8    projection quantised to int8 (torch's dynamic quantisation, as fairseq-sparse-export --int8;
                    the L0Drop gates' projections stay float32); CPU only
+  stock_ts         the TorchScript artefact of fairseq-sparse-export (the model and fairseq's beam search
+  composed_ts      compiled with torch.jit.script, the same forced length; --int8 for composed_int8_ts): what
+  composed_int8_ts is deployed without Python fairseq; CPU only
   ct2_float32      the stock model converted to CTranslate2 (optional dependency: pip install ctranslate2),
   ct2_int8         float32 and int8 weights, same beam, same forced length
 
@@ -78,16 +81,22 @@ import bench_common  # noqa: E402
 from bench_common import fmt, print_header  # noqa: E402
 
 VARIANTS = ("stock", "l0drop", "layers", "layers_unpruned", "heads", "simplified", "composed", "stock_int8",
-            "composed_int8", "ct2_float32", "ct2_int8")
+            "composed_int8", "stock_ts", "composed_ts", "composed_int8_ts", "ct2_float32", "ct2_int8")
 CT2_VARIANTS = ("ct2_float32", "ct2_int8")
-INT8_VARIANTS = ("stock_int8", "composed_int8")  # torch's dynamic int8 quantisation of a fairseq model
-CPU_ONLY = CT2_VARIANTS + INT8_VARIANTS
+#: torch's dynamic int8 quantisation of a fairseq model (the _ts one also scripted)
+INT8_VARIANTS = ("stock_int8", "composed_int8", "composed_int8_ts")
+#: fairseq-sparse-export's TorchScript artefact (model and scripted beam search) of a checkpoint
+TS_VARIANTS = ("stock_ts", "composed_ts", "composed_int8_ts")
+CPU_ONLY = CT2_VARIANTS + INT8_VARIANTS + TS_VARIANTS
+#: variants that decode themselves (not through a SequenceGenerator built here)
+SELF_DECODING = CT2_VARIANTS + TS_VARIANTS
 #: fairseq architectures CTranslate2's FairseqConverter takes (stock transformer and its size presets)
 CT2_ARCHS = ("transformer", "transformer_iwslt_de_en", "transformer_wmt_en_de", "transformer_vaswani_wmt_en_de_big",
              "transformer_vaswani_wmt_en_fr_big", "transformer_wmt_en_de_big", "transformer_wmt_en_de_big_t2t")
 #: the checkpoint each variant decodes (a variant not listed decodes its own)
 CHECKPOINT_OF = {"layers_unpruned": "layers", "ct2_float32": "stock", "ct2_int8": "stock", "stock_int8": "stock",
-                 "composed_int8": "composed"}
+                 "composed_int8": "composed", "stock_ts": "stock", "composed_ts": "composed",
+                 "composed_int8_ts": "composed"}
 #: models whose L0Drop gates are calibrated per source length
 GATED = ("l0drop", "layers", "composed")
 #: paper 000 Sec. 6: cumulative sparsity after encoder layers 1-5 and at the output (WMT14 En-De, lambda 0.2)
@@ -155,7 +164,8 @@ def check_args(p, args):
             p.error(f"{option} {value}: must lie in [0, 1)")
     args._layer_rates = layer_rates(p, args)
     args._paths = checkpoint_paths(p, args)
-    int8_of_paths = tuple(f"{name}_int8" for name in args._paths if f"{name}_int8" in INT8_VARIANTS)
+    int8_of_paths = tuple(f"{name}{suffix}" for name in args._paths for suffix in ("_int8", "_ts", "_int8_ts")
+                          if f"{name}{suffix}" in INT8_VARIANTS + TS_VARIANTS)
     known = tuple(args._paths) + int8_of_paths + CT2_VARIANTS if args._paths else VARIANTS
     asked = ([v.strip() for v in args.variants.split(",") if v.strip()] if not args._paths
              else list(args._paths) + [v.strip() for v in args.variants.split(",")
@@ -173,8 +183,9 @@ def check_args(p, args):
         asked = [v for v in asked if v not in CT2_VARIANTS]
     if args.device != "cpu" and any(v in asked for v in CPU_ONLY):
         if args.variants != p.get_default("variants"):
-            p.error("the CTranslate2 and int8 variants run on CPU here: --device cpu, or leave them out of --variants")
-        print("note: the CTranslate2 and int8 variants run on CPU here: left out on --device cuda")
+            p.error("the CTranslate2, int8 and TorchScript variants run on CPU here: --device cpu, or leave them out of "
+                "--variants")
+        print("note: the CTranslate2, int8 and TorchScript variants run on CPU here: left out on --device cuda")
         asked = [v for v in asked if v not in CPU_ONLY]
     args._variants = [v for v in known if v in asked]
     if args.workdir and os.path.exists(args.workdir) and not os.path.isdir(args.workdir):
@@ -367,8 +378,23 @@ class Ct2Model:
                                                max_decoding_length=out_len, return_scores=True)
 
 
+class ScriptedModel:
+    """fairseq-sparse-export's artefact of a loaded model (scripted in memory, not written): fairseq's beam search
+    with the output length forced as :func:`bench_common.forced_generator` forces it."""
+
+    def __init__(self, model, task, beam, out_len):
+        from fairseq_sparse import export
+
+        options = dict(export.GENERATION_DEFAULTS, beam=beam, max_len_a=0, max_len_b=out_len, min_len=out_len)
+        self.translator = export.script_translator(model, task, options, {})
+
+    def generate(self, sample, beam, out_len):
+        net_input = sample["net_input"]
+        return self.translator(net_input["src_tokens"], net_input["src_lengths"])
+
+
 def load(spec, variant, length):
-    """(model, task) of one variant: a fairseq model in eval mode, or a :class:`Ct2Model`."""
+    """(model, task) of one variant: a fairseq model in eval mode, a :class:`ScriptedModel` or a :class:`Ct2Model`."""
     import torch
     from fairseq import checkpoint_utils
 
@@ -387,6 +413,8 @@ def load(spec, variant, length):
         from fairseq_sparse.export import quantise_int8
 
         model = quantise_int8(model)
+    if variant in TS_VARIANTS:
+        return ScriptedModel(model, task, spec["beam"], spec["out_len"]), task
     if spec["fp16"]:
         model.half()
     return model.to(torch.device(spec["device"])), task
@@ -539,11 +567,11 @@ def measure_times(spec):
     torch.save(src, spec["sources"])  # the memory children decode the same sources
     sample = bench_common.source_sample(src.to(torch.device(spec["device"])))
     gens = {v: bench_common.forced_generator(m, task.target_dictionary, spec["beam"], spec["out_len"])
-            for v, m in jobs.items() if v not in CT2_VARIANTS}
-    run = {v: (lambda v=v: jobs[v].generate(sample, spec["beam"], spec["out_len"]) if v in CT2_VARIANTS
+            for v, m in jobs.items() if v not in SELF_DECODING}
+    run = {v: (lambda v=v: jobs[v].generate(sample, spec["beam"], spec["out_len"]) if v in SELF_DECODING
                else gens[v].generate([jobs[v]], sample)) for v in jobs}
     for v in jobs:
-        facts[v] = {} if v in CT2_VARIANTS else encoder_rows(jobs[v], sample)
+        facts[v] = {} if v in SELF_DECODING else encoder_rows(jobs[v], sample)
         if v in INT8_VARIANTS:
             facts[v]["shape"] = None  # the bytes-per-step model counts float weights: no prediction
         with torch.no_grad(), bench_common.PeakMemory(cuda) as mem:
@@ -582,7 +610,7 @@ def measure_memory(spec):
     loaded = bench_common.proc_status_mb("VmRSS")
     sample = bench_common.source_sample(torch.load(spec["sources"]))  # the timing child's sources
     with torch.no_grad():
-        if v in CT2_VARIANTS:
+        if v in SELF_DECODING:
             model.generate(sample, spec["beam"], spec["out_len"])
         else:
             bench_common.forced_generator(model, task.target_dictionary, spec["beam"], spec["out_len"]).generate(
@@ -644,6 +672,12 @@ def traffic_prediction(args, r, rates):
     return {kind: dt.decoding_time(shape, copies=kind == "copies", **common) for kind in ("reads", "copies")}
 
 
+def same_share(a, b):
+    """The share of the hypotheses (every n-best entry of every sentence) identical in a and b."""
+    pairs = [(x, y) for p, q in zip(a, b) for x, y in zip(p, q)]
+    return sum(x == y for x, y in pairs) / max(1, len(pairs))
+
+
 def summarise(args, timing, memory):
     rows = []
     for L, res in sorted(timing.items()):
@@ -665,6 +699,9 @@ def summarise(args, timing, memory):
                                       vs_stock_bytes_copies=(base["copies"]["time_s"] / pred["copies"]["time_s"]
                                                              if pred else None),
                                       **memory.get((v, L), {}))
+        # each TorchScript artefact against the eager model it was scripted from (same weights, same sources)
+        row["ts_same_hypotheses"] = {v: same_share(jobs[v]["hypos"], jobs[v[:-3]]["hypos"])
+                                     for v in TS_VARIANTS if v in jobs and v[:-3] in jobs}
         if "layers" in jobs and "layers_unpruned" in jobs:
             a, b = jobs["layers"], jobs["layers_unpruned"]
             row["pruned_vs_unpruned"], row["pruned_vs_unpruned_paired"] = bench_common.speedup(b, a)
@@ -712,6 +749,8 @@ def print_report(args, rows, meta):
                   f"{fmt(r['vs_stock_bytes_copies'], '{:.2f}x'):>7} {fmt(pred_ms, '{:.3g}'):>7} "
                   f"{fmt(r.get('sparsity'), '{:.1%}'):>8} {enc_rows:>16} "
                   f"{fmt(r.get('memory_len'), '{}'):>6}  {mem}")
+        for v, share in row.get("ts_same_hypotheses", {}).items():
+            print(f"{v}: {share:.0%} of the hypotheses identical to {v[:-3]}'s (the eager model it was scripted from)")
         if "pruned_vs_unpruned" in row:
             print(f"layers / layers_unpruned (compaction and pruned memory on one checkpoint): "
                   f"{row['pruned_vs_unpruned']:.2f}x (paired {row['pruned_vs_unpruned_paired']:.2f}x); identical "

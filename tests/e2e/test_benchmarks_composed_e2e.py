@@ -35,7 +35,7 @@ def test_composed_benchmark_smoke(tmp_path):
     (row,) = res["rows"]
     v = row["variants"]
     expected = {"stock", "l0drop", "layers", "layers_unpruned", "heads", "simplified", "composed", "stock_int8",
-                "composed_int8"}
+                "composed_int8", "stock_ts", "composed_ts", "composed_int8_ts"}
     assert set(v) == expected | ({"ct2_float32", "ct2_int8"} if HAVE_CT2 else set())
     assert row["identical_hypotheses"] is True
     assert v["stock"]["enc_rows"] == [40, 40] and v["stock"]["bound"] == pytest.approx(1.0)
@@ -68,7 +68,10 @@ def test_composed_benchmark_smoke(tmp_path):
     assert v["l0drop"]["vs_stock_bytes"] > v["layers_unpruned"]["vs_stock_bytes"]  # the pruned memory
     assert v["composed"]["vs_stock_bytes"] > max(v["heads"]["vs_stock_bytes"], v["simplified"]["vs_stock_bytes"])
     assert v["simplified"]["shape"]["dec_ffn"] == [0, 0] and v["heads"]["shape"]["cross_heads"] == [2, 2]
-    for name in ("ct2_float32", "ct2_int8", "stock_int8", "composed_int8"):
+    # the TorchScript artefacts decode what the eager models they were scripted from decode
+    assert row["ts_same_hypotheses"]["stock_ts"] == 1.0 and row["ts_same_hypotheses"]["composed_ts"] == 1.0, row
+    for name in ("ct2_float32", "ct2_int8", "stock_int8", "composed_int8", "stock_ts", "composed_ts",
+                 "composed_int8_ts"):
         if name in v:
             assert v[name]["vs_stock_bytes"] is None and v[name]["traffic"] is None
     # int8: the gates stay float32, so the composed model prunes the same states; its heads and FFNs as composed's
