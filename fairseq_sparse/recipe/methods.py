@@ -59,14 +59,17 @@ def target_flags(option: str, target: float, a) -> List[str]:
 
 def l0drop_flags(a) -> List[str]:
     """L0Drop's pressure: a fixed penalty weight (--l0drop-lambda; the paper's protocol, Zhang, Titov & Sennrich
-    2021 Sec. 6: lambda 0.3, the sparsity whatever it reaches) or else a target sparsity."""
+    2021 Sec. 6: lambda 0.3, the sparsity whatever it reaches) or else a target sparsity; and what a dropped
+    state is (--l0drop-dropped-as; the model's default, zero, is not written out)."""
+    dropped = [] if a.l0drop_dropped_as == "zero" else ["--l0drop-dropped-as", a.l0drop_dropped_as]
     if a.l0drop_lambda:
-        return ["--l0drop-lambda", str(a.l0drop_lambda)]
-    return target_flags("--l0drop-target-sparsity", a.l0drop_target, a)
+        return dropped + ["--l0drop-lambda", str(a.l0drop_lambda)]
+    return dropped + target_flags("--l0drop-target-sparsity", a.l0drop_target, a)
 
 
 def l0drop_pressure(a) -> str:
-    return f"lambda {a.l0drop_lambda}" if a.l0drop_lambda else f"target {a.l0drop_target}"
+    pressure = f"lambda {a.l0drop_lambda}" if a.l0drop_lambda else f"target {a.l0drop_target}"
+    return pressure + (", dropped states masked" if a.l0drop_dropped_as == "mask" else "")
 
 
 def regulariser_name(a) -> str:

@@ -125,6 +125,9 @@ def _methods(p):
     g.add_argument("--l0drop-lambda", type=float, default=0.0,
                    help="a fixed L0Drop penalty weight instead of --l0drop-target (the paper's protocol, Zhang, Titov "
                         "& Sennrich 2021 Sec. 6: lambda 0.3; the sparsity is whatever it reaches); 0: the target")
+    g.add_argument("--l0drop-dropped-as", choices=("zero", "mask"), default="zero",
+                   help="what a dropped source state is to the decoder, in training and decoding alike: a zero "
+                        "vector it still attends to (Algorithm 1's counted dummy) or removed from its attention")
     g.add_argument("--heads-target", type=float, default=0.5, help="head-gate target sparsity (share of heads closed)")
     g.add_argument("--composed-head-gates", default="enc,dec,encdec",
                    help="attention types the composed model gates (comma list of enc, dec, encdec)")

@@ -61,6 +61,15 @@ def test_a_fixed_l0drop_lambda_replaces_the_target_in_every_l0drop_model():
     assert "--l0drop-lambda" not in commands.finetune(options(), "bin", methods.BY_NAME["l0drop"])
 
 
+def test_dropped_states_masked_reach_every_l0drop_model():
+    a = options("--l0drop-dropped-as", "mask")
+    for name in ("l0drop", "l0drop_layers", "composed"):
+        cmd = commands.finetune(a, "bin", methods.BY_NAME[name])
+        assert cmd[cmd.index("--l0drop-dropped-as") + 1] == "mask" and "--l0drop-target-sparsity" in cmd, name
+        assert "masked" in methods.BY_NAME[name].what(a)
+    assert "--l0drop-dropped-as" not in commands.finetune(options(), "bin", methods.BY_NAME["l0drop"])
+
+
 @pytest.mark.parametrize("value", ["-0.1", "nan", "inf"])
 def test_a_bad_l0drop_lambda_is_refused(value, capsys):
     from fairseq_sparse.recipe.options import parse_args
