@@ -4,6 +4,11 @@ equal-updates control at each budget point, without and with distillation, per s
 results.json, as its REPORT.md shows it), and the mean over seeds.
 
     .venv/bin/python scripts/experiments/quality_budget_summary.py OUT      # writes OUT/SUMMARY.md, OUT/gap.png
+
+or over any recipe work dirs, each under a label (e.g. variants of one method against one control; the seed is
+each run's --seed):
+
+    .venv/bin/python scripts/experiments/quality_budget_summary.py OUT zero=WORK1 mask=WORK2 ...
 """
 import glob
 import json
@@ -18,57 +23,74 @@ from fairseq_sparse.analysis.plotting import line_plot
 RUN = re.compile(r"kd(?P<distill>[\d.]+)_seed(?P<seed>\d+)$")
 
 
-def runs(out):
-    """[(distill weight, seed, results)] of every finished work dir under OUT (a results.json with a budget)."""
+def budget_results(work):
+    """A work dir's results.json if it has a budget table, else None."""
+    path = os.path.join(work, "results.json")
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        results = json.load(f)
+    return results if results.get("budget") else None
+
+
+def runs(out, labelled=()):
+    """[(label, seed, results)] of every finished work dir (a results.json with a budget): the ``LABEL=DIR`` of
+    ``labelled``, or else quality_budget.sh's kd<W>_seed<S> dirs under OUT (label: the distillation weight)."""
     found = []
-    for work in sorted(glob.glob(os.path.join(out, "kd*_seed*"))):
-        m, path = RUN.search(work), os.path.join(work, "results.json")
-        if m and os.path.isfile(path):
-            with open(path) as f:
-                results = json.load(f)
-            if results.get("budget"):
-                found.append((float(m["distill"]), int(m["seed"]), results))
+    for item in labelled:
+        label, _, work = item.partition("=")
+        if not (label and work):
+            sys.exit(f"quality_budget_summary: {item!r} is not LABEL=WORK_DIR")
+        results = budget_results(work)
+        if results is None:
+            sys.exit(f"quality_budget_summary: {work} has no results.json with a budget table (run its report)")
+        found.append((label, int(results["settings"]["seed"]), results))
+    for work in [] if labelled else sorted(glob.glob(os.path.join(out, "kd*_seed*"))):
+        m, results = RUN.search(work), budget_results(work)
+        if m and results:
+            found.append((f"KD {float(m['distill']):g}", int(m["seed"]), results))
     return found
 
 
 def budget_points(found):
-    """(method, distill weight, seed, budget point) of every run's budget table."""
-    for distill, seed, results in found:
+    """(method, label, seed, budget point) of every run's budget table."""
+    for label, seed, results in found:
         for method, points in results["budget"].items():
             for p in points:
-                yield method, distill, seed, p
+                yield method, label, seed, p
 
 
 def rows(found):
-    """Markdown rows: method, distillation, updates, then per seed control / method / gap (p) / sparsity."""
+    """Markdown rows: method, label, updates, then per seed control / method / gap (p) / sparsity."""
     table = {}
-    for method, distill, seed, p in budget_points(found):
-        table.setdefault((method, distill, p["updates"]), {})[seed] = p
+    for method, label, seed, p in budget_points(found):
+        table.setdefault((method, label, p["updates"]), {})[seed] = p
     lines = []
-    for (method, distill, updates), by_seed in sorted(table.items()):
+    for (method, label, updates), by_seed in sorted(table.items()):
         cells = [f"{p['control_score']:.2f} / {p['score']:.2f} / {p['gap']:+.2f} (p = {p['p_value']}) / "
                  + (f"{100 * p['l0drop_sparsity']:.1f}%" if p.get("l0drop_sparsity") is not None else "-")
                  + f" (seed {seed})" for seed, p in sorted(by_seed.items())]
         mean = statistics.mean(p["gap"] for p in by_seed.values())
-        lines.append(f"| {method} | {distill:g} | {updates} | {'<br>'.join(cells)} | {mean:+.2f} |")
+        lines.append(f"| {method} | {label} | {updates} | {'<br>'.join(cells)} | {mean:+.2f} |")
     return lines
 
 
 def series(found):
-    """(label, updates, mean gap over seeds) per method and distillation weight, for the plot."""
+    """(label, updates, mean gap over seeds) per method and run label, for the plot."""
     gaps = {}
-    for method, distill, _, p in budget_points(found):
-        gaps.setdefault((method, distill), {}).setdefault(p["updates"], []).append(p["gap"])
-    return [(f"{method}, KD {distill:g}" if distill else f"{method}, no KD", sorted(by_u),
-             [statistics.mean(by_u[u]) for u in sorted(by_u)]) for (method, distill), by_u in sorted(gaps.items())]
+    for method, label, _, p in budget_points(found):
+        gaps.setdefault((method, label), {}).setdefault(p["updates"], []).append(p["gap"])
+    return [(f"{method}, {label}", sorted(by_u), [statistics.mean(by_u[u]) for u in sorted(by_u)])
+            for (method, label), by_u in sorted(gaps.items())]
 
 
-def main(out):
+def main(out, labelled=()):
     logging.getLogger("matplotlib").setLevel(logging.WARNING)
-    found = runs(out)
+    found = runs(out, labelled)
     if not found:
         sys.exit(f"quality_budget_summary: no finished work dir (kd*_seed*/results.json with a budget) in {out}")
-    header = ["| method | KD weight | updates | control / method BLEU / gap (paired bootstrap p) / sparsity, per seed "
+    os.makedirs(out, exist_ok=True)
+    header = ["| method | run | updates | control / method BLEU / gap (paired bootstrap p) / sparsity, per seed "
               "| mean gap |", "|---|---|---|---|---|"]
     with open(os.path.join(out, "SUMMARY.md"), "w") as f:
         f.write("\n".join(header + rows(found)) + "\n")
@@ -78,4 +100,4 @@ def main(out):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2:])
