@@ -125,6 +125,9 @@ def _methods(p):
     g.add_argument("--l0drop-lambda", type=float, default=0.0,
                    help="a fixed L0Drop penalty weight instead of --l0drop-target (the paper's protocol, Zhang, Titov "
                         "& Sennrich 2021 Sec. 6: lambda 0.3; the sparsity is whatever it reaches); 0: the target")
+    g.add_argument("--l0drop-init-bias", type=float, default=None, metavar="B",
+                   help="initial bias b of the gates' log alpha = x.w + b (w starts at 0); the model's default, 3.0, "
+                        "starts every gate fully open; 0 starts them half open, as the paper's reference code does")
     g.add_argument("--l0drop-dropped-as", choices=("zero", "mask"), default="zero",
                    help="what a dropped source state is to the decoder, in training and decoding alike: a zero "
                         "vector it still attends to (Algorithm 1's counted dummy) or removed from its attention")
@@ -257,6 +260,8 @@ def _check_ranges(a):
     for name in ("l0drop_target", "heads_target", "importance_fraction", "dropout"):
         if not 0 <= getattr(a, name) < 1:
             return f"--{name.replace('_', '-')} must lie in [0, 1)"
+    if a.l0drop_init_bias is not None and not math.isfinite(a.l0drop_init_bias):
+        return "--l0drop-init-bias must be a finite number"
     if not (math.isfinite(a.l0drop_lambda) and a.l0drop_lambda >= 0):
         return "--l0drop-lambda must be a number, at least 0"
     if not 0 <= a.distill_weight <= 1:  # NaN fails too

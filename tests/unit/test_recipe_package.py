@@ -70,6 +70,20 @@ def test_dropped_states_masked_reach_every_l0drop_model():
     assert "--l0drop-dropped-as" not in commands.finetune(options(), "bin", methods.BY_NAME["l0drop"])
 
 
+def test_the_gates_initial_bias_reaches_the_l0drop_models_only_when_asked():
+    cmd = commands.finetune(options("--l0drop-init-bias", "0", "--l0drop-lambda", "0.3"), "bin", methods.BY_NAME["l0drop"])
+    assert cmd[cmd.index("--l0drop-init-bias") + 1] == "0.0" and cmd[cmd.index("--l0drop-lambda") + 1] == "0.3"
+    assert "--l0drop-init-bias" not in commands.finetune(options(), "bin", methods.BY_NAME["l0drop"])
+
+
+def test_a_bad_l0drop_init_bias_is_refused(capsys):
+    from fairseq_sparse.recipe.options import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(["--corpus", "c", "-s", "en", "-t", "de", "--work-dir", "w", "--l0drop-init-bias", "nan"])
+    assert "--l0drop-init-bias must be a finite number" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("value", ["-0.1", "nan", "inf"])
 def test_a_bad_l0drop_lambda_is_refused(value, capsys):
     from fairseq_sparse.recipe.options import parse_args
