@@ -28,3 +28,30 @@ def test_exportable(options):
 ])
 def test_refused_with_the_reason(options, reason):
     assert reason in (refusal(options) or "")
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_flat_linear_is_the_linear_layer_eager_and_scripted(bias):
+    """The output projection the export scripts (one 2-D product) gives the nn.Linear's values on B x T x C
+    states, shares its weight, and a model without a float projection is left as it is."""
+    import torch
+    from torch import nn
+
+    from fairseq_sparse.export import FlatLinear, flatten_output_projection
+
+    torch.manual_seed(0)
+    linear = nn.Linear(16, 50, bias=bias)
+    flat = FlatLinear(linear)
+    x = torch.randn(6, 1, 16)
+    assert flat.weight is linear.weight
+    assert torch.allclose(flat(x), linear(x), atol=1e-6) and flat(x).shape == (6, 1, 50)
+    assert torch.allclose(torch.jit.script(flat)(x), linear(x), atol=1e-6)
+    model = nn.Module()
+    model.decoder = nn.Module()
+    model.decoder.output_projection = linear
+    flatten_output_projection(model)
+    assert isinstance(model.decoder.output_projection, FlatLinear)
+    quantised = torch.ao.quantization.quantize_dynamic(nn.Sequential(nn.Linear(16, 50)), {nn.Linear}, torch.qint8)
+    model.decoder.output_projection = quantised[0]
+    flatten_output_projection(model)
+    assert model.decoder.output_projection is quantised[0]  # int8 flattens its input itself
