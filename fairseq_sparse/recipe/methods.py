@@ -62,12 +62,12 @@ def l0drop_flags(a) -> List[str]:
     2021 Sec. 6: lambda 0.3, the sparsity whatever it reaches) or else a target sparsity; what a dropped state is
     (--l0drop-dropped-as) and the gates' initial bias (--l0drop-init-bias), each only where it is not the model's
     default."""
-    dropped = [] if a.l0drop_dropped_as == "zero" else ["--l0drop-dropped-as", a.l0drop_dropped_as]
+    flags = [] if a.l0drop_dropped_as == "zero" else ["--l0drop-dropped-as", a.l0drop_dropped_as]
     if a.l0drop_init_bias is not None:
-        dropped += ["--l0drop-init-bias", str(a.l0drop_init_bias)]
-    if a.l0drop_lambda:
-        return dropped + ["--l0drop-lambda", str(a.l0drop_lambda)]
-    return dropped + target_flags("--l0drop-target-sparsity", a.l0drop_target, a)
+        flags += ["--l0drop-init-bias", str(a.l0drop_init_bias)]
+    pressure = (["--l0drop-lambda", str(a.l0drop_lambda)] if a.l0drop_lambda
+                else target_flags("--l0drop-target-sparsity", a.l0drop_target, a))
+    return flags + pressure
 
 
 def l0drop_pressure(a) -> str:

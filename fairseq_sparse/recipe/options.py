@@ -5,6 +5,7 @@ import math
 import os
 
 from ..cli.common import DEVICES, default_device, device_error
+from ..modules.l0drop import DROPPED_AS_CHOICES
 from .methods import DEFAULT_STEPS, STEPS
 
 SPLITS = ("train", "valid", "test")
@@ -128,7 +129,7 @@ def _methods(p):
     g.add_argument("--l0drop-init-bias", type=float, default=None, metavar="B",
                    help="initial bias b of the gates' log alpha = x.w + b (w starts at 0); the model's default, 3.0, "
                         "starts every gate fully open; 0 starts them half open, as the paper's reference code does")
-    g.add_argument("--l0drop-dropped-as", choices=("zero", "mask"), default="zero",
+    g.add_argument("--l0drop-dropped-as", choices=DROPPED_AS_CHOICES, default="zero",
                    help="what a dropped source state is to the decoder, in training and decoding alike: a zero "
                         "vector it still attends to (Algorithm 1's counted dummy) or removed from its attention")
     g.add_argument("--heads-target", type=float, default=0.5, help="head-gate target sparsity (share of heads closed)")
