@@ -18,7 +18,8 @@ import re
 import statistics
 import sys
 
-from fairseq_sparse.analysis.plotting import line_plot
+logging.getLogger("matplotlib").setLevel(logging.WARNING)  # before matplotlib is imported: its font cache logs
+from fairseq_sparse.analysis.plotting import line_plot  # noqa: E402
 
 RUN = re.compile(r"kd(?P<distill>[\d.]+)_seed(?P<seed>\d+)$")
 
@@ -85,7 +86,6 @@ def series(found):
 
 
 def main(out, labelled=()):
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)
     found = runs(out, labelled)
     if not found:
         sys.exit(f"quality_budget_summary: no finished work dir (kd*_seed*/results.json with a budget) in {out}")
