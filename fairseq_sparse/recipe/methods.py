@@ -104,7 +104,8 @@ METHODS: Tuple[Method, ...] = (
            lambda a: f"baseline + {a.finetune_updates} updates, no method",
            arch="transformer_head_gates", control="baseline", flags=lambda a: ["--head-gates", ""],
            attention_analysed=True, checkpoint_every=True),
-    Method("l0drop", "L0Drop (Zhang, Titov & Sennrich 2021) asked for a share of pruned source states",
+    Method("l0drop", "L0Drop (Zhang, Titov & Sennrich 2021) asked for a share of pruned source states (or a fixed "
+                     "lambda)",
            lambda a: f"L0Drop, {l0drop_pressure(a)}, pruned decoding",
            arch="transformer_l0drop", control="control", attention_analysed=True, full_memory=True,
            flags=l0drop_flags),

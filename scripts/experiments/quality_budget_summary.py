@@ -29,8 +29,11 @@ def budget_results(work):
     path = os.path.join(work, "results.json")
     if not os.path.isfile(path):
         return None
-    with open(path) as f:
-        results = json.load(f)
+    try:
+        with open(path) as f:
+            results = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        sys.exit(f"quality_budget_summary: cannot read {path}: {e}")
     return results if results.get("budget") else None
 
 
