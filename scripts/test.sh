@@ -2,7 +2,9 @@
 # The test command: create or reuse .venv (scripts/setup_env.sh), then run both test tiers: tests/unit
 # (pure tensors and in-process models, under 3 minutes) then tests/e2e (console scripts and training).
 # `scripts/test.sh --fast` runs tests/unit only; other arguments pass through to pytest. -rs: every skip's
-# reason in the summary (the cuda-marked tests skip where torch sees no CUDA device).
+# reason in the summary (the cuda-marked tests skip where torch sees no CUDA device). The tests run in
+# TEST_WORKERS pytest-xdist processes (default: one per CPU core; 1 runs them in this process), a test file per
+# worker (--dist loadfile), so each module-scoped fixture is built once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup_env.sh
@@ -11,4 +13,7 @@ args=()
 for a in "$@"; do
     if [[ "$a" == "--fast" ]]; then tiers=(tests/unit); else args+=("$a"); fi
 done
-exec .venv/bin/python -m pytest -q -rs "${tiers[@]}" ${args[@]+"${args[@]}"}
+workers=${TEST_WORKERS:-auto}
+xdist=()
+if [[ "$workers" != 1 ]]; then xdist=(-n "$workers" --dist loadfile); fi
+exec .venv/bin/python -m pytest -q -rs ${xdist[@]+"${xdist[@]}"} "${tiers[@]}" ${args[@]+"${args[@]}"}

@@ -426,3 +426,8 @@ def write_tsv(path: str, header: Sequence[str], rows: Iterable[Sequence], float_
 
 def write_json(path: str, obj) -> str:
     return write_text(path, json.dumps(jsonable(obj), indent=1) + "\n")
+
+
+def kept_heads_path(checkpoint: str) -> str:
+    """The JSON of the kept head ids fairseq-sparse-prune-heads writes next to its output checkpoint."""
+    return os.path.splitext(checkpoint)[0] + ".kept_heads.json"

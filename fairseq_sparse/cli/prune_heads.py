@@ -15,7 +15,6 @@ heads; the kept head ids go into the checkpoint's model args (``--kept-heads``),
 """
 import json
 import logging
-import os
 
 from fairseq import checkpoint_utils, tasks
 
@@ -88,11 +87,6 @@ def set_model_arg(model_cfg, name, value):
         setattr(model_cfg, name, value)
 
 
-def kept_heads_path(output):
-    """The JSON of the kept head ids written next to the exported checkpoint."""
-    return os.path.splitext(output)[0] + ".kept_heads.json"
-
-
 def validate(args):
     """Every check before the model is loaded: options, the checkpoint (complete, readable), the head mask
     (well-formed, values in [0, 1]), the outputs (never the input checkpoint, existing ones only with
@@ -102,7 +96,7 @@ def validate(args):
     common.check_checkpoint_file(args.path)
     if args.data is not None:
         common.check_data_dir(args.data, "--data")
-    outputs = [("--output", args.output), ("--output (its kept heads)", kept_heads_path(args.output))]
+    outputs = [("--output", args.output), ("--output (its kept heads)", common.kept_heads_path(args.output))]
     common.check_output_files(outputs, args.overwrite, inputs=[args.path, args.head_mask], data=args.data)
     if args.head_mask is None:
         return None
@@ -179,7 +173,7 @@ def main(argv=None):
     except common.ToolError as e:
         common.fail(PROG, str(e))
     save_state(state, args.output)
-    common.write_json(kept_heads_path(args.output), spec)
+    common.write_json(common.kept_heads_path(args.output), spec)
     after = sum(p.numel() for p in model.parameters())
     print(f"kept {sum(len(v) for v in keep.values())} of {heads_before} heads; parameters {before} -> {after} "
           f"({100.0 * (before - after) / before:.1f}% fewer); wrote {args.output}")

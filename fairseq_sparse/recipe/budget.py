@@ -30,8 +30,9 @@ def checkpoints_by_updates(wd, name):
 
 
 def budget_rows(a, ev, rows):
-    """{method: [{updates, score, control_score, gap, p_value, l0drop_sparsity}, ...]} for every reported
-    fine-tuned method with a control, at every budget point both runs have a checkpoint for."""
+    """{method: [{updates, score, control_score, gap, p_value, l0drop_sparsity, heads_closed}, ...]} for every
+    reported fine-tuned method with a control, at every budget point both runs have a checkpoint for
+    (heads_closed: the share of gated heads cut out, where they are)."""
     from .evaluation import paired_test_of
 
     out = {}
@@ -44,11 +45,13 @@ def budget_rows(a, ev, rows):
             if u not in mine or u not in theirs:
                 continue
             ckpt = ev.prune_heads(m.name, mine[u]) if m.heads_cut_out(a) else mine[u]
+            heads = ev.heads_kept(m.name, ckpt)["total"] if m.heads_cut_out(a) else None
             r, c = ev.generate(f"{m.name}@{u}", ckpt), ev.generate(f"{m.control}@{u}", theirs[u])
             test = paired_test_of(a, c, r)
             points.append({"updates": u, "score": r["score"], "control_score": c["score"],
                            "gap": round(r["score"] - c["score"], 2), "p_value": test.get("p_value"),
-                           "l0drop_sparsity": r["l0drop_sparsity"]})
+                           "l0drop_sparsity": r["l0drop_sparsity"],
+                           "heads_closed": round(1 - heads[0] / heads[1], 4) if heads else None})
         if points:
             out[m.name] = points
     return out

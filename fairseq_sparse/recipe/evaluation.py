@@ -10,6 +10,7 @@ from .lengths import check_decoded
 from .methods import Method
 from .options import CHAR_BOUNDARY, decoding_changes
 from ..analysis.scores import corpus_score, scorer_identity
+from ..cli.common import kept_heads_path
 
 
 class Evaluation:
@@ -86,9 +87,10 @@ class Evaluation:
         self.wd.produced(pruned, [source], lambda: self.wd.run("report", commands.prune_heads(source, pruned), log))
         return pruned
 
-    def heads_kept(self, name):
-        """Heads kept per attention type and in all, from the kept-heads JSON fairseq-sparse-prune-heads wrote."""
-        with open(self.wd.path(name, "pruned.kept_heads.json")) as f:
+    def heads_kept(self, name, pruned=None):
+        """Heads kept per attention type and in all, from the kept-heads JSON fairseq-sparse-prune-heads wrote
+        next to NAME/pruned.pt (or PRUNED, relative to WORK)."""
+        with open(self.wd.path(kept_heads_path(pruned or f"{name}/pruned.pt"))) as f:
             spec = json.load(f)
         kept = {t: sum(len(layer) for layer in layers) for t, layers in spec.items()}
         return {"kept": kept, "total": (sum(kept.values()), sum(self.a.heads * len(layers) for layers in spec.values()))}

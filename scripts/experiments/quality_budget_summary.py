@@ -64,6 +64,15 @@ def budget_points(found):
                 yield method, label, seed, p
 
 
+def sparsity(point):
+    """The share of source states pruned, or of heads closed, at a budget point ("-" where neither)."""
+    if point.get("l0drop_sparsity") is not None:
+        return f"{100 * point['l0drop_sparsity']:.1f}% of the states"
+    if point.get("heads_closed") is not None:
+        return f"{100 * point['heads_closed']:.1f}% of the heads"
+    return "-"
+
+
 def rows(found):
     """Markdown rows: method, label, updates, then per seed control / method / gap (p) / sparsity."""
     table = {}
@@ -72,8 +81,7 @@ def rows(found):
     lines = []
     for (method, label, updates), by_seed in sorted(table.items()):
         cells = [f"{p['control_score']:.2f} / {p['score']:.2f} / {p['gap']:+.2f} (p = {p['p_value']}) / "
-                 + (f"{100 * p['l0drop_sparsity']:.1f}%" if p.get("l0drop_sparsity") is not None else "-")
-                 + f" (seed {seed})" for seed, p in sorted(by_seed.items())]
+                 f"{sparsity(p)} (seed {seed})" for seed, p in sorted(by_seed.items())]
         mean = statistics.mean(p["gap"] for p in by_seed.values())
         lines.append(f"| {method} | {label} | {updates} | {'<br>'.join(cells)} | {mean:+.2f} |")
     return lines

@@ -92,6 +92,10 @@ def test_recipe_end_to_end_and_resume(raw_corpus, tmp_path):
     for name in ("l0drop", "heads_all", "attention_reg"):
         assert [p["updates"] for p in results["budget"][name]] == [10, 20], results["budget"].get(name)
     assert results["budget"]["l0drop"][-1]["score"] == models["l0drop"]["score"]  # the last point is the model
+    # the share of heads cut out at each point where gated heads are, as the final pruned model has it
+    kept, total = results["heads"]["heads_all"]["total"]
+    assert results["budget"]["heads_all"][-1]["heads_closed"] == round(1 - kept / total, 4)
+    assert all(p["heads_closed"] is None for p in results["budget"]["l0drop"])
     assert (work / "budget" / "gap.png").is_file() and "](budget/gap.png)" in report
     assert "p = " in report and set(results["significance"]) >= {"l0drop", "heads_all", "control"}
     # the commands a user would run are in the report

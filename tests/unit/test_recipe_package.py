@@ -172,7 +172,9 @@ def _results():
                        "l0drop": dict(row, score=11.5, l0drop_sparsity=0.48)},
             "significance": {"l0drop": {"delta": -0.5, "p_value": 0.03, "mean": 11.4, "ci95": 0.9, "samples": 1000}},
             "budget": {"l0drop": [{"updates": 300, "score": 11.0, "control_score": 12.0, "gap": -1.0, "p_value": 0.02,
-                                   "l0drop_sparsity": 0.47}]},
+                                   "l0drop_sparsity": 0.47}],  # (written before heads_closed was)
+                       "heads_all": [{"updates": 300, "score": 11.8, "control_score": 12.0, "gap": -0.2,
+                                      "p_value": 0.3, "l0drop_sparsity": None, "heads_closed": 0.5}]},
             "heads": {}, "attention": {}, "curve": [], "speed": [], "noise": [], "settings": settings,
             "l0drop_exact": {"identical": True, "sentences": 3, "max_score_difference": 0.0},
             "stopped": {"baseline": {"updates": 900, "early_stop": True,
@@ -192,7 +194,8 @@ def test_report_is_a_function_of_results_json_alone(tmp_path, monkeypatch):
     assert any("identical hypotheses on all 3" in l for l in lines)
     assert "- [a plot](curve/curve.png)" in lines and "fairseq-train bin --arch transformer" in lines
     assert "- baseline: stopped after 900 updates: no valid BLEU gain in 10 validations (--baseline-patience)." in lines
-    assert "| l0drop | 300 | 11.00 | 12.00 | -1.00 | 0.020 | 47.0% |" in lines
+    assert "| l0drop | 300 | 11.00 | 12.00 | -1.00 | 0.020 | 47.0% |  |" in lines
+    assert "| heads_all | 300 | 11.80 | 12.00 | -0.20 | 0.300 |  | 50.0% |" in lines
 
 
 def _definitions(tree):
