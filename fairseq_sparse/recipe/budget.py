@@ -44,8 +44,9 @@ def budget_rows(a, ev, rows):
         for u in budget_points(a):
             if u not in mine or u not in theirs:
                 continue
-            ckpt = ev.prune_heads(m.name, mine[u]) if m.heads_cut_out(a) else mine[u]
-            heads = ev.heads_kept(m.name, ckpt)["total"] if m.heads_cut_out(a) else None
+            cut = m.heads_cut_out(a)
+            ckpt = ev.prune_heads(m.name, mine[u]) if cut else mine[u]
+            heads = ev.heads_kept(m.name, ckpt)["total"] if cut else None
             r, c = ev.generate(f"{m.name}@{u}", ckpt), ev.generate(f"{m.control}@{u}", theirs[u])
             test = paired_test_of(a, c, r)
             points.append({"updates": u, "score": r["score"], "control_score": c["score"],
