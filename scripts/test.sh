@@ -2,9 +2,10 @@
 # The test command: create or reuse .venv (scripts/setup_env.sh), then run both test tiers: tests/unit
 # (pure tensors and in-process models, under 3 minutes) then tests/e2e (console scripts and training).
 # `scripts/test.sh --fast` runs tests/unit only; other arguments pass through to pytest. -rs: every skip's
-# reason in the summary (the cuda-marked tests skip where torch sees no CUDA device). The tests run in
+# reason in the summary (the cuda-marked tests skip where torch sees no CUDA device). Both tiers run in
 # TEST_WORKERS pytest-xdist processes (default: one per CPU core; 1 runs them in this process), a test file per
-# worker (--dist loadfile), so each module-scoped fixture is built once.
+# worker (--dist loadfile), so each module-scoped fixture is built once; --fast runs in one process by default
+# (each worker's start-up, importing torch and fairseq, costs more than the unit tier gains).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup_env.sh
@@ -13,7 +14,9 @@ args=()
 for a in "$@"; do
     if [[ "$a" == "--fast" ]]; then tiers=(tests/unit); else args+=("$a"); fi
 done
-workers=${TEST_WORKERS:-auto}
+default_workers=auto
+if [[ ${#tiers[@]} == 1 ]]; then default_workers=1; fi
+workers=${TEST_WORKERS:-$default_workers}
 xdist=()
 if [[ "$workers" != 1 ]]; then xdist=(-n "$workers" --dist loadfile); fi
 exec .venv/bin/python -m pytest -q -rs ${xdist[@]+"${xdist[@]}"} "${tiers[@]}" ${args[@]+"${args[@]}"}
