@@ -10,12 +10,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup_env.sh
 tiers=(tests/unit tests/e2e)
+default_workers=auto
 args=()
 for a in "$@"; do
-    if [[ "$a" == "--fast" ]]; then tiers=(tests/unit); else args+=("$a"); fi
+    if [[ "$a" == "--fast" ]]; then tiers=(tests/unit); default_workers=1; else args+=("$a"); fi
 done
-default_workers=auto
-if [[ ${#tiers[@]} == 1 ]]; then default_workers=1; fi
 workers=${TEST_WORKERS:-$default_workers}
 xdist=()
 if [[ "$workers" != 1 ]]; then xdist=(-n "$workers" --dist loadfile); fi
