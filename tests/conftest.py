@@ -1,14 +1,25 @@
 """Shared fixtures: a tiny synthetic corpus binarised with fairseq-preprocess, and small checkpoints
-trained with the real fairseq-train console script (session-scoped, built once per test run); the ``cuda``
-marker: such tests skip, with the reason, where torch sees no CUDA device."""
+trained with the real fairseq-train console script (session-scoped, built once per test run, shared by the
+pytest-xdist workers); the ``cuda`` marker: such tests skip, with the reason, where torch sees no CUDA device."""
 import os
 import shutil
 import subprocess
 import sys
 
-import pytest
+# One thread in the tests and in every console script they start, set before torch is imported: the tiny models
+# gain nothing from a second thread, and where two threads share a core with other work (scripts/test.sh runs one
+# pytest-xdist process per core) they spin waiting for each other: a 400-update training of the session's tiny
+# model took 441 s of CPU time with two threads beside other jobs, about 75 s with one.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
 
-from fairseq_sparse.recipe.commands import model_flags
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from filelock import FileLock  # noqa: E402  (a dependency of torch)
+
+from fairseq_sparse.recipe.commands import model_flags  # noqa: E402
+
+torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 USER_DIR = os.path.join(REPO, "fairseq_sparse")
@@ -68,51 +79,57 @@ def fairseq_train(data_bin, save_dir, extra, max_update):
     return run(cmd)
 
 
+def built_once(tmp_path_factory, name, build):
+    """A session fixture's folder, ``build(folder)`` run once per test run: under pytest-xdist the first worker to
+    ask builds it, holding a lock, and the others wait for it and reuse it (pytest-xdist's documented pattern)."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        folder = tmp_path_factory.mktemp(name)
+        build(str(folder))
+        return str(folder)
+    folder = tmp_path_factory.getbasetemp().parent / name
+    with FileLock(f"{folder}.lock"):
+        if not (folder / ".built").exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            build(str(folder))
+            (folder / ".built").touch()
+    return str(folder)
+
+
+def _make_corpus(root):
+    from fairseq_sparse.synthetic_corpus import make_corpus
+
+    raw = make_corpus(os.path.join(root, "raw"), train=4000, valid=100, test=60, min_len=2, max_len=12)
+    run([console("fairseq-preprocess"), "--source-lang", "src", "--target-lang", "tgt",
+         "--trainpref", f"{raw}/train", "--validpref", f"{raw}/valid", "--testpref", f"{raw}/test",
+         "--destdir", os.path.join(root, "bin"), "--joined-dictionary", "--workers", "1"])
+
+
 @pytest.fixture(scope="session")
 def corpus(tmp_path_factory):
     """dict(raw=..., bin=...): synthetic en-like -> de-like corpus, binarised with a joined dictionary."""
-    from fairseq_sparse.synthetic_corpus import make_corpus
-
-    root = tmp_path_factory.mktemp("corpus")
-    raw = make_corpus(str(root / "raw"), train=4000, valid=100, test=60, min_len=2, max_len=12)
-    data_bin = str(root / "bin")
-    run([console("fairseq-preprocess"), "--source-lang", "src", "--target-lang", "tgt",
-         "--trainpref", f"{raw}/train", "--validpref", f"{raw}/valid", "--testpref", f"{raw}/test",
-         "--destdir", data_bin, "--joined-dictionary", "--workers", "1"])
-    return {"raw": raw, "bin": data_bin, "root": str(root)}
+    root = built_once(tmp_path_factory, "corpus", _make_corpus)
+    return {"raw": os.path.join(root, "raw"), "bin": os.path.join(root, "bin"), "root": root}
 
 
 @pytest.fixture(scope="session")
 def stock_transformer_ckpt(corpus, tmp_path_factory):
     """A stock fairseq `transformer` trained briefly (the converged model of the paper's recipe)."""
-    save = str(tmp_path_factory.mktemp("stock"))
-    fairseq_train(corpus["bin"], save, ["--arch", "transformer", "--criterion", "label_smoothed_cross_entropy",
-                                        "--label-smoothing", "0.1"] + TINY_MODEL, max_update=400)
+    save = built_once(tmp_path_factory, "stock", lambda save: fairseq_train(
+        corpus["bin"], save, ["--arch", "transformer", "--criterion", "label_smoothed_cross_entropy",
+                              "--label-smoothing", "0.1"] + TINY_MODEL, max_update=400))
     return os.path.join(save, "checkpoint_last.pt")
 
 
 @pytest.fixture(scope="session")
 def l0drop_ckpt(corpus, stock_transformer_ckpt, tmp_path_factory):
     """transformer_l0drop fine-tuned from the stock checkpoint (paper 000's recipe), with real sparsity."""
-    save = str(tmp_path_factory.mktemp("l0drop"))
-    fairseq_train(corpus["bin"], save, [
+    save = built_once(tmp_path_factory, "l0drop", lambda save: fairseq_train(corpus["bin"], save, [
         "--arch", "transformer_l0drop", "--criterion", "label_smoothed_cross_entropy_with_sparsity",
         "--label-smoothing", "0.1", "--l0drop-lambda", "1.0", "--finetune-from-model", stock_transformer_ckpt,
         # gates start fully open (log alpha = 3); Adam moves them about lr per update, so a short
         # fine-tuning needs a larger step than the paper's 50k updates do. With this under-trained
         # tiny model lambda 0.3 closes no gate in 200 updates; 1.0 prunes about half the states.
         "--lr", "5e-3", "--warmup-updates", "30",
-    ] + TINY_MODEL, max_update=200)
+    ] + TINY_MODEL, max_update=200))
     return os.path.join(save, "checkpoint_last.pt")
-
-
-@pytest.fixture(scope="module")
-def one_thread():
-    """One torch thread for a module's in-process models: tiny matrices on cores shared with other jobs run many
-    times faster than with two (use with ``pytestmark = pytest.mark.usefixtures("one_thread")``)."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)

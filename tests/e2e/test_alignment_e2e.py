@@ -20,7 +20,6 @@ from fairseq_sparse.cli import attention_analysis as aa
 from fairseq_sparse.modules.attention_capture import HeadAttentionRecorder
 from test_alignment import write
 
-ENV = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -55,7 +54,7 @@ def test_console_tool_on_the_stock_transformer(stock_transformer_ckpt, corpus, t
     gold, src, tgt = write_gold(corpus, tmp_path)
     out = tmp_path / "out"
     proc = run([console("fairseq-sparse-attention"), corpus["bin"], "--path", stock_transformer_ckpt,
-                "--output-dir", str(out), "--gold", gold, "--batch-size", "16", "--no-progress-bar"], env=ENV)
+                "--output-dir", str(out), "--gold", gold, "--batch-size", "16", "--no-progress-bar"])
     for name in ("layers.tsv", "heads.tsv", "attention.json", "alignment.txt", "layers.png",
                  "entropy_heads.png", "max_weight_heads.png"):
         assert (out / name).is_file() and (out / name).stat().st_size > 0, name
@@ -166,7 +165,7 @@ def test_console_tool_on_l0drop(l0drop_ckpt, stock_transformer_ckpt, corpus, tmp
     gold, src, tgt = write_gold(corpus, tmp_path)
     out = tmp_path / "out"
     proc = run([console("fairseq-sparse-attention"), corpus["bin"], "--path", l0drop_ckpt, "--output-dir", str(out),
-                "--gold", gold, "--no-progress-bar", "--example-maps", "2"], env=ENV)
+                "--gold", gold, "--no-progress-bar", "--example-maps", "2"])
     for name in ("l0drop_attention.png", "l0drop_entropy.png", "l0drop_tokens.tsv", "layers.tsv", "example_0.png",
                  "example_1.png"):
         assert (out / name).is_file() and (out / name).stat().st_size > 0, name

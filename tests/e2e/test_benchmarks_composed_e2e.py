@@ -20,11 +20,10 @@ HAVE_CT2 = importlib.util.find_spec("ctranslate2") is not None
 
 def test_composed_benchmark_smoke(tmp_path):
     out_json = tmp_path / "composed.json"
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     cmd = [sys.executable, SCRIPT, "--size", "tiny", "--lengths", "40", "--batch-size", "2", "--beam", "2",
            "--out-len", "5", "--repeats", "2", "--threads", "1", "--clock", "cpu", "--no-memory",
            "--sparsity", "0.5", "--layer-sparsity", "0.4", "--json", str(out_json)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=600)
     out = proc.stdout
     assert proc.returncode == 0, out[-4000:] + proc.stderr[-4000:]
     assert "identical hypotheses: yes" in out and "noise:" in out, out
@@ -84,12 +83,11 @@ def test_composed_benchmark_times_trained_checkpoints(tmp_path, corpus, stock_tr
     """--path NAME=CKPT: trained checkpoints on the test split's sentences; a name ending in _unpruned decodes
     the same checkpoint in full (same hypotheses)."""
     out_json = tmp_path / "real.json"
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     cmd = [sys.executable, SCRIPT, "--path", f"stock={stock_transformer_ckpt}", "--path", f"l0drop={l0drop_ckpt}",
            "--path", f"l0drop_unpruned={l0drop_ckpt}", "--data", corpus["bin"], "--lengths", "30",
            "--batch-size", "2", "--beam", "2", "--out-len", "5", "--repeats", "1", "--threads", "1", "--clock", "cpu",
            "--no-memory", "--variants", "stock,stock_int8", "--json", str(out_json)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "sources: test sentences, concatenated" in proc.stdout, proc.stdout
     (row,) = json.loads(out_json.read_text())["rows"]

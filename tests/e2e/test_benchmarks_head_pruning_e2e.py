@@ -14,10 +14,9 @@ VARIANTS = ("full-stock", "full-same-path", "pruned-25%", "pruned-50%", "pruned-
 
 def test_head_pruning_benchmark_smoke(tmp_path):
     out_json = tmp_path / "hp.json"
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     cmd = [sys.executable, SCRIPT, "--quick", "--size", "tiny", "--repeats", "1", "--batch-sizes", "1,4",
            "--src-len", "8", "--out-len", "6", "--json", str(out_json)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=120)
     out = proc.stdout
     assert proc.returncode == 0, out[-4000:] + proc.stderr[-4000:]
     assert "equivalence check: PASS" in out, out

@@ -28,7 +28,6 @@ from fairseq_sparse.synthetic_corpus import N_CONTENT
 # the safe loader must be what loads checkpoints: never let an override leak in from the environment
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("TORCH_FORCE")}
 # for processes run side by side (2 CPU cores): one thread each instead of oversubscribing the cores
-ENV_PARALLEL = dict(ENV, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
 
 # short runs: small batches, a log line every 5 updates, parseable logs
 FAST = ["--max-tokens", "400", "--log-interval", "5", "--log-format", "json"]
@@ -76,7 +75,7 @@ def generate_pair(data, ckpt, extra=()):
     """(pruned, unpruned) fairseq-generate runs of one checkpoint, the two run side by side."""
     base = generate_cmd(data, ckpt, extra)
     cmds = [base, base + ["--model-overrides", "{'pruned_decoding': False}"]]
-    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV_PARALLEL)
+    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
              for c in cmds]
     outs = []
     for cmd, p in zip(cmds, procs):
@@ -445,7 +444,7 @@ def test_two_process_training(corpus, tmp_path):
             "--distributed-init-method", f"tcp://127.0.0.1:{port}"], max_update=30)
         log = open(tmp_path / f"rank{rank}.log", "w+")
         logs.append(log)
-        procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, env=ENV_PARALLEL))
+        procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, env=ENV))
     try:
         for p in procs:
             p.wait(timeout=500)
@@ -551,7 +550,7 @@ def truncated_copy(ckpt, path):
 
 def test_gates_tool_dumps_every_source_token(corpus, l0drop_ckpt, tmp_path):
     out, summary = tmp_path / "gates.tsv", tmp_path / "by_token.tsv"
-    proc = run(gates_cmd(corpus["bin"], l0drop_ckpt, out, ["--token-summary", str(summary)]), env=ENV_PARALLEL)
+    proc = run(gates_cmd(corpus["bin"], l0drop_ckpt, out, ["--token-summary", str(summary)]), env=ENV)
     lines = out.read_text().splitlines()
     assert lines[0] == "id\tposition\ttoken\tgate\tpruned"
     rows = [line.split("\t") for line in lines[1:]]
@@ -572,14 +571,14 @@ def test_gates_tool_refuses_to_overwrite_without_overwrite(corpus, l0drop_ckpt, 
     earlier.write_text("an earlier run\n")
     before = file_fingerprint(earlier)
     cmd = gates_cmd(corpus["bin"], l0drop_ckpt, out, ["--token-summary", str(summary)])
-    proc = run(cmd, check=False, env=ENV_PARALLEL)
+    proc = run(cmd, check=False, env=ENV)
     assert proc.returncode == 2, proc.stderr[-3000:]
     option = {"gates_output": "--gates-output", "token_summary": "--token-summary"}[existing]
     assert f"fairseq-sparse-l0drop-gates: error: {option}: {earlier} exists; pass --overwrite to replace it" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert file_fingerprint(earlier) == before
     assert sorted(os.listdir(tmp_path)) == [earlier.name]  # nothing else written
-    run(cmd + ["--overwrite"], env=ENV_PARALLEL)
+    run(cmd + ["--overwrite"], env=ENV)
     assert out.read_text().startswith("id\tposition\ttoken\tgate\tpruned\n")
     assert summary.read_text().startswith("token\tcount\tpruned\tsparsity\n")
 
@@ -587,7 +586,7 @@ def test_gates_tool_refuses_to_overwrite_without_overwrite(corpus, l0drop_ckpt, 
 def test_gates_tool_truncated_checkpoint_fails_clearly(corpus, l0drop_ckpt, tmp_path):
     broken = truncated_copy(l0drop_ckpt, tmp_path / "broken.pt")
     out = tmp_path / "gates.tsv"
-    proc = run(gates_cmd(corpus["bin"], broken, out), check=False, env=ENV_PARALLEL)
+    proc = run(gates_cmd(corpus["bin"], broken, out), check=False, env=ENV)
     assert proc.returncode == 2
     assert f"fairseq-sparse-l0drop-gates: error: --path: cannot read {broken}: not a complete torch checkpoint" in proc.stderr
     assert "Traceback" not in proc.stderr

@@ -47,7 +47,7 @@ def test_distillation_resumes(corpus, stock_transformer_ckpt, tmp_path):
 
 def test_distillation_in_two_processes(corpus, stock_transformer_ckpt, tmp_path):
     """One process per rank (gloo on CPU): each rank loads its own teacher; the runs finish and log KD."""
-    from test_cli import ENV_PARALLEL, free_port, train_cmd
+    from test_cli import ENV, free_port, train_cmd
 
     port, save = free_port(), str(tmp_path / "two")
     procs = [subprocess.Popen(train_cmd(corpus["bin"], save, [
@@ -55,7 +55,7 @@ def test_distillation_in_two_processes(corpus, stock_transformer_ckpt, tmp_path)
         stock_transformer_ckpt, "--finetune-from-model", stock_transformer_ckpt, "--distributed-world-size", "2",
         "--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp", "--distributed-rank", str(rank),
         "--distributed-no-spawn", "--distributed-init-method", f"tcp://127.0.0.1:{port}"], max_update=10),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV_PARALLEL) for rank in range(2)]
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV) for rank in range(2)]
     outs = [p.communicate(timeout=600)[0] for p in procs]
     for rank, (p, out) in enumerate(zip(procs, outs)):
         assert p.returncode == 0, f"rank {rank}:\n{out[-3000:]}"

@@ -17,7 +17,6 @@ from fairseq_sparse.analysis import heads as ha
 from fairseq_sparse.cli import head_analysis as cli
 from test_head_analysis import SETTINGS
 
-ENV = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -110,7 +109,7 @@ def test_console_tool_end_to_end(stock_transformer_ckpt, corpus, tmp_path):
     out = tmp_path / "out"
     proc = run([console("fairseq-sparse-head-analysis"), corpus["bin"], "--path", stock_transformer_ckpt,
                 "--output-dir", str(out), "--max-sentences", "20", "--batch-size", "8", "--conllu", conllu,
-                "--rare-min-rank", "13", "--no-progress-bar"], env=ENV)
+                "--rare-min-rank", "13", "--no-progress-bar"])
     for name in ("heads.tsv", "heads.json", "confidence.png", "function.png"):
         assert (out / name).is_file() and (out / name).stat().st_size > 0, name
     with open(out / "heads.tsv") as f:
@@ -141,7 +140,7 @@ def test_console_tool_rejects_conllu_mismatch(stock_transformer_ckpt, corpus, tm
     write_chain_conllu(src_lines, conllu, extra_word_in=3)
     out = tmp_path / "out"
     proc = run([console("fairseq-sparse-head-analysis"), corpus["bin"], "--path", stock_transformer_ckpt,
-                "--output-dir", str(out), "--conllu", conllu, "--no-progress-bar"], check=False, env=ENV)
+                "--output-dir", str(out), "--conllu", conllu, "--no-progress-bar"], check=False)
     assert proc.returncode != 0
     n3 = len(src_lines[3].split())
     assert f"--conllu sentence 3 (line 4 of the source) has {n3 + 1} words, the source sentence has {n3}" in proc.stderr

@@ -22,7 +22,6 @@ from fairseq_sparse.analysis import head_importance as hi
 from fairseq_sparse.cli import head_importance as cli
 from fairseq_sparse.modules.head_gates import check_head_mask, masks_from_matrix, set_head_masks
 
-ENV = dict(os.environ, OMP_NUM_THREADS="1")
 # tiny, fast evaluation settings shared by the in-process reference and the console runs
 EVAL = ["--max-sentences", "20", "--beam", "2", "--batch-size", "32", "--sacrebleu-tokenize", "none"]
 
@@ -31,7 +30,6 @@ EVAL = ["--max-sentences", "20", "--beam", "2", "--batch-size", "32", "--sacrebl
 def loaded(corpus, stock_transformer_ckpt):
     from fairseq import checkpoint_utils
 
-    torch.set_num_threads(1)
     models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
         [stock_transformer_ckpt], arg_overrides={"data": corpus["bin"]})
     for split in ("valid", "test"):
@@ -188,7 +186,7 @@ def test_prune_curve_console_end_to_end(corpus, stock_transformer_ckpt, loaded, 
     out, mask = tmp_path / "out", tmp_path / "mask.json"
     run([console("fairseq-sparse-heads"), "prune-curve", corpus["bin"], "--path", stock_transformer_ckpt,
          "--output-dir", str(out), "--importance-max-sentences", "24", "--modes", "all", "encdec",
-         "--write-mask", str(mask), "--prune-fraction", "0.5", "--no-progress-bar"] + EVAL, env=ENV)
+         "--write-mask", str(mask), "--prune-fraction", "0.5", "--no-progress-bar"] + EVAL)
     for f in ["curve.tsv", "curve.json", "curve.png", "importance.tsv", "importance.json",
               "importance_enc.png", "importance_dec.png", "importance_encdec.png"]:
         assert (out / f).stat().st_size > 0, f

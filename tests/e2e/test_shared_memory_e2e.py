@@ -17,12 +17,9 @@ import torch
 
 from conftest import USER_DIR, console
 
-ENV = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
 SHARED = ["--task", "translation_shared_memory"]
 OUTPUT = ("S-", "T-", "H-", "D-", "P-", "A-", "C-")  # what fairseq-generate / -interactive print per sentence
 
-
-pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def per_sentence_lines(stdout):
@@ -110,7 +107,7 @@ def test_the_console_script_prints_the_same(stock_transformer_ckpt, corpus):
     """fairseq-generate itself, stock and switched side by side (one thread each); the switch says it is on."""
     cmd = [console("fairseq-generate")] + generate_argv(corpus, stock_transformer_ckpt,
                                                         ["--beam", "4", "--nbest", "2", "--batch-size", "7"])
-    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for c in (cmd, cmd + SHARED)]
     (stock, stock_err), (shared, shared_err) = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], stock_err[-3000:] + shared_err[-3000:]
@@ -163,7 +160,7 @@ def test_a_model_it_cannot_switch_is_refused_with_one_line(corpus, tmp_path):
                 "optimizer_history": [{"criterion_name": "CrossEntropyCriterion", "optimizer_name": "none",
                                        "lr_scheduler_state": {"best": None}, "num_updates": 0}]}, ckpt)
     proc = subprocess.run([console("fairseq-generate")] + generate_argv(corpus, ckpt, ["--beam", "4"]) + SHARED,
-                          capture_output=True, text=True, env=ENV, timeout=300)
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stderr[-3000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert last == ("error: --task translation_shared_memory cannot share the encoder memory: the model "

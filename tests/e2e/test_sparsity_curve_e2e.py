@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from conftest import USER_DIR, console, run
-from test_cli import ENV, ENV_PARALLEL, L0DROP, train_cmd, with_mixed_gates
+from test_cli import ENV, L0DROP, train_cmd, with_mixed_gates
 
 import fairseq_sparse  # noqa: F401  (registers the plugin, allowlists fairseq checkpoint classes)
 from fairseq_sparse.analysis import sparsity_curve as sc
@@ -36,7 +36,7 @@ FUNCTION_WORDS = "".join(f"the{i}\n" for i in range(12))
 def _train_side_by_side(data_bin, runs, max_update):
     """fairseq-train of each (save dir, options) of ``runs`` at once, one thread each (2 cores)."""
     cmds = [train_cmd(data_bin, save, extra, max_update) for save, extra in runs]
-    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV_PARALLEL)
+    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
              for c in cmds]
     for cmd, p in zip(cmds, procs):
         stdout, stderr = p.communicate(timeout=600)

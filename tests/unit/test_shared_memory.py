@@ -109,11 +109,8 @@ def same(a, b) -> bool:
     return a == b
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
-
 @pytest.fixture(scope="module")
-def pair(one_thread):
+def pair():
     model, d = build()
     shared, task = switched(model)
     return model, shared, d, task

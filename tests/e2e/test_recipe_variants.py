@@ -1,0 +1,183 @@
+"""fairseq-sparse-recipe on other inputs and options (a tokenised corpus without BPE, a data-bin, sequence-level
+distillation, character level), its results keyed by the checkpoints that produced them, and its input checks
+(before any work starts); the whole recipe end to end is test_recipe.py (a file of its own, so that pytest-xdist's
+--dist loadfile runs the two files in different processes)."""
+import json
+import os
+import shutil
+
+import pytest
+
+from conftest import run
+from test_recipe import RECIPE, SHIM, TINY, raw_corpus, recipe  # noqa: F401  (raw_corpus: a fixture)
+
+
+def test_recipe_on_a_tokenised_corpus_without_bpe(raw_corpus, tmp_path):
+    """--tokenizer none --bpe-merges 0: the corpus files are binarised as they are (any suffix, no Moses rules
+    needed), and BLEU is computed on the tokens."""
+    syn = tmp_path / "syn"
+    syn.mkdir()
+    for split in ("train", "valid", "test"):
+        shutil.copy(raw_corpus / f"{split}.en", syn / f"{split}.src")
+        shutil.copy(raw_corpus / f"{split}.de", syn / f"{split}.tgt")
+    work = tmp_path / "work"
+    recipe(syn, work, ["--tokenizer", "none", "--bpe-merges", "0", "--steps", "prepare,baseline,report",
+                       "--baseline-patience", "1"], langs=("src", "tgt"))
+    # fairseq's --patience bounds the baseline; where and why it stopped is recorded and reported
+    stopped = json.loads((work / "baseline" / "stopped.json").read_text())
+    assert stopped["updates"] <= 40 and ("--baseline-patience" in stopped["reason"]) == stopped["early_stop"]
+    assert f"- baseline: stopped after {stopped['updates']} updates" in (work / "REPORT.md").read_text()
+    assert not (work / "tok" / "bpe.codes").exists()
+    words = {l.split()[0] for l in (work / "data-bin" / "dict.src.txt").read_text().splitlines()
+             if not l.startswith("madeupword")}  # fairseq pads the dictionary to a multiple of 8
+    assert words == {w for l in (syn / "train.src").read_text().splitlines() for w in l.split()} | {
+        w for l in (syn / "train.tgt").read_text().splitlines() for w in l.split()}
+    results = json.loads((work / "results.json").read_text())
+    assert list(results["models"]) == ["baseline"] and results["models"]["baseline"]["sentences"] == 25
+    # a user brings their own converged baseline (the same data-bin): linked, not trained; the control starts there
+    ckpt, mine = str(work / "baseline" / "checkpoint_best.pt"), tmp_path / "mine"
+    brought = ["--data-bin", str(work / "data-bin"), "-s", "src", "-t", "tgt", "--tokenizer", "none", "--bpe-merges",
+               "0", "--baseline-checkpoint", ckpt]
+    bad = run(RECIPE + brought + ["--work-dir", str(mine)] + TINY + ["--embed-dim", "64", "--bpe-merges", "0"],
+              check=False)
+    assert bad.returncode != 0 and "has other sizes than the recipe's options: encoder_embed_dim 32" in bad.stderr
+    assert not mine.exists()
+    run(RECIPE + brought + ["--work-dir", str(mine)] + TINY + ["--bpe-merges", "0", "--steps", "baseline,control,report"])
+    assert os.path.realpath(mine / "baseline" / "checkpoint_last.pt") == os.path.realpath(ckpt)
+    assert "--finetune-from-model baseline/checkpoint_best.pt" in (mine / "commands" / "control.sh").read_text()
+    assert not (mine / "commands" / "baseline.sh").exists()  # nothing trained
+    assert "(--baseline-checkpoint)" in (mine / "REPORT.md").read_text()
+
+
+def _corrupt(raw_corpus, tmp_path, edit):
+    bad = tmp_path / "bad"
+    shutil.copytree(raw_corpus, bad)
+    edit(bad)
+    return bad
+
+
+def test_sequence_level_distillation_data(raw_corpus, tmp_path):
+    """distill_data: the baseline's beam-5 translations of every training sentence, decoded in shards (an
+    interrupted run keeps the shards done), binarised with the data-bin's dictionaries; --seq-kd fine-tunes on it."""
+    work = tmp_path / "work"
+    recipe(raw_corpus, work, ["--steps", "prepare,baseline", "--threads", "1"])
+    recipe(raw_corpus, work, ["--steps", "distill_data,control", "--seq-kd", "--seq-kd-shards", "3", "--threads", "1"])
+    sources = (work / "seqkd" / "train.en").read_text().splitlines()
+    assert sources == (work / "tok" / "train.bpe.en").read_text().splitlines()  # every sentence, in order
+    assert len((work / "seqkd" / "train.de").read_text().splitlines()) == len(sources)
+    assert (work / "data-bin-seqkd" / "train.en-de.de.bin").is_file() and (work / "data-bin-seqkd" / "dict.de.txt").is_file()
+    control = (work / "commands" / "control.sh").read_text()
+    assert "fairseq-train data-bin-seqkd" in control and "--gen-subset train" in (work / "commands" / "distill_data.sh").read_text()
+    before = os.path.getmtime(work / "seqkd" / "shard0.tsv")
+    recipe(raw_corpus, work, ["--steps", "distill_data", "--seq-kd", "--seq-kd-shards", "3"])
+    assert os.path.getmtime(work / "seqkd" / "shard0.tsv") == before  # kept: the baseline did not change
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda d: (d / "valid.de").unlink(), "missing corpus file"),
+    (lambda d: (d / "test.de").write_text("one line\n"), "not aligned"),
+])
+def test_recipe_refuses_bad_corpus_before_work(raw_corpus, tmp_path, edit, message):
+    bad = _corrupt(raw_corpus, tmp_path, edit)
+    proc = recipe(bad, tmp_path / "work", check=False)
+    assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+    assert not (tmp_path / "work" / "tok").exists()
+
+
+def test_recipe_refuses_unknown_language_code(raw_corpus, tmp_path):
+    bad = tmp_path / "xx"
+    shutil.copytree(raw_corpus, bad)
+    for split in ("train", "valid", "test"):
+        os.rename(bad / f"{split}.de", bad / f"{split}.qq")
+    proc = run(RECIPE + ["--corpus", str(bad), "-s", "en", "-t", "qq", "--work-dir", str(tmp_path / "w")], check=False)
+    assert proc.returncode != 0 and "no Moses tokeniser rules for language code 'qq'" in proc.stderr
+
+
+def test_recipe_refuses_data_bin_without_dictionaries(tmp_path):
+    (tmp_path / "bin").mkdir()
+    proc = run(RECIPE + ["--data-bin", str(tmp_path / "bin"), "-s", "en", "-t", "de", "--work-dir",
+                         str(tmp_path / "w")], check=False)
+    assert proc.returncode != 0 and "lacks dict.en.txt" in proc.stderr
+
+
+def test_corpus_score_bleu_and_rouge():
+    """--metric: sacrebleu's BLEU, or ROUGE-1/2/L F1 (rouge-score, stemmed, ROUGE-L summary-level) averaged over
+    documents (tests/unit/test_rouge.py tests the ROUGE scorer itself)."""
+    from fairseq_sparse.analysis.scores import corpus_score as score
+
+    refs = ["the cat sat on the mat", "a dog barked"]
+    assert score("bleu", refs, refs)[0] == 100.0
+    same = score("rouge", refs, refs)
+    assert same[0] == 100.0 and [same[1][k] for k in ("rouge1", "rouge2", "rougeLsum")] == [100.0] * 3
+    assert score("rouge", ["zebra", "quokka"], refs)[0] == 0.0
+    # one sentence right, one with 2 of 3 words (stemmed: barks = barked): ROUGE-1 F1 = (1 + 2/3) / 2
+    r = score("rouge", [refs[0], "a dog barks loudly"], refs)[1]
+    assert r["rouge1"] == pytest.approx(100 * (1 + (2 * 1.0 * 0.75) / (1.0 + 0.75)) / 2, abs=0.01)
+
+
+def test_results_follow_the_checkpoint_that_produced_them(raw_corpus, tmp_path):
+    """A re-run with a larger --finetune-updates trains the control on; its score and hypotheses are decoded
+    again from the new checkpoint, not taken from the cache of the old one (issue 22)."""
+    work = tmp_path / "work"
+    recipe(raw_corpus, work, ["--steps", "prepare,baseline,control,report", "--threads", "1"])
+    first = json.loads((work / "results" / "control.json").read_text())["produced_by"]
+    assert first["checkpoints"]["control/checkpoint_last.pt"]["updates"] == 20
+    proc = run(SHIM + ["--corpus", str(raw_corpus), "-s", "en", "-t", "de", "--work-dir", str(work)] + TINY
+               + ["--finetune-updates", "30", "--steps", "control,report", "--threads", "1"])
+    assert "fairseq-generate" in proc.stdout  # decoded again
+    again = json.loads((work / "results" / "control.json").read_text())["produced_by"]
+    assert again["checkpoints"]["control/checkpoint_last.pt"]["updates"] == 30
+    assert again["checkpoints"]["control/checkpoint_last.pt"]["sha1"] != first["checkpoints"]["control/checkpoint_last.pt"]["sha1"]
+    results = json.loads((work / "results.json").read_text())
+    assert results["settings"]["finetune_updates"] == 30 and "control" in results["models"]
+    # the baseline did not change: its cached result is kept
+    assert "generate.baseline" not in proc.stdout
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--finetune-updates", "30"], "--curve-updates x the number of --curve-targets (10 x 2) must equal"),
+    (["--importance-types", "enc,bogus"], "--importance-types"),
+    (["--composed-head-gates", "dec,all"], "--composed-head-gates: a comma list of enc, dec, encdec"),
+    (["--l0drop-target", "1.0"], "--l0drop-target must lie in [0, 1)"),
+    (["--attention-reg-lambda", "nan"], "--attention-reg-lambda must be a positive number"),
+    (["--steps", "baseline,nonsense"], "unknown step 'nonsense'"),
+    (["--layers", "1", "--steps", "composed"], "step composed gates the states between encoder layers"),
+    (["--gold-alignments", "/nonexistent/test.align"], "no such file"),
+])
+def test_recipe_refuses_bad_options_before_work(raw_corpus, tmp_path, extra, message):
+    proc = recipe(raw_corpus, tmp_path / "work", extra, check=False)
+    assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+    assert not (tmp_path / "work").exists()
+
+
+def test_pattern_pos_from_a_data_bin_needs_tags(tmp_path):
+    """The POS pattern tags the prepared source text; from a data-bin the recipe asks for the tags files."""
+    (tmp_path / "bin").mkdir()
+    proc = run(RECIPE + ["--data-bin", str(tmp_path / "bin"), "-s", "en", "-t", "de", "--work-dir",
+                         str(tmp_path / "work"), "--steps", "pattern_pos"], check=False)
+    assert proc.returncode != 0 and f"write {tmp_path / 'work'}/tags/train.tags" in proc.stderr, proc.stderr
+    assert not (tmp_path / "work").exists()
+
+
+def test_recipe_at_character_level(raw_corpus, tmp_path):
+    """--char-level (Zhang, Titov & Sennrich 2021 Sec. 6): the corpus split into characters with the word-boundary
+    symbol, no BPE learnt, the hypotheses joined back into words before BLEU, and the characters L0Drop prunes
+    reported by their position inside the word (Fig. 6)."""
+    from fairseq_sparse.recipe.options import CHAR_BOUNDARY
+
+    work = tmp_path / "work"
+    tiny = [x for x in TINY if x not in ("--bpe-merges", "100")] + ["--baseline-updates", "10", "--finetune-updates",
+                                                                    "10", "--curve-updates", "5"]
+    run(RECIPE + ["--corpus", str(raw_corpus), "-s", "en", "-t", "de", "--work-dir", str(work), "--char-level",
+                  "--steps", "prepare,baseline,l0drop,report"] + tiny)
+    assert not (work / "tok" / "bpe.codes").exists()
+    symbols = {l.split()[0] for l in (work / "data-bin" / "dict.en.txt").read_text().splitlines()}
+    assert CHAR_BOUNDARY in symbols and max(len(s) for s in symbols if not s.startswith("madeupword")) == 1
+    results = json.loads((work / "results.json").read_text())
+    assert results["models"]["l0drop"]["sentences"] == 25
+    decoded = json.loads((work / "results" / "l0drop.json").read_text())["result"]["hypotheses"]
+    assert len(decoded) == 25 and not any(CHAR_BOUNDARY in str(h) for h in decoded)  # joined back into words
+    chars = results["attention"]["l0drop"]["char_positions"]
+    assert sum(r["chars"] for r in chars) > 0
+    report = (work / "REPORT.md").read_text()
+    assert "character level" in report and "by their relative position inside the word" in report
