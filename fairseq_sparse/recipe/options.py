@@ -6,6 +6,7 @@ import os
 
 from ..cli.common import DEVICES, default_device, device_error
 from ..modules.l0drop import DROPPED_AS_CHOICES
+from ..modules.sparsity_control import parse_targets
 from .methods import DEFAULT_STEPS, STEPS
 
 SPLITS = ("train", "valid", "test")
@@ -135,7 +136,9 @@ def _methods(p):
     g.add_argument("--l0drop-dropped-as", choices=DROPPED_AS_CHOICES, default="zero",
                    help="what a dropped source state is to the decoder, in training and decoding alike: a zero "
                         "vector it still attends to (Algorithm 1's counted dummy) or removed from its attention")
-    g.add_argument("--heads-target", type=float, default=0.5, help="head-gate target sparsity (share of heads closed)")
+    g.add_argument("--heads-target", default="0.5",
+                   help="head-gate target sparsity (share of heads closed): one number for all gated heads, or per "
+                        "attention type as the criterion takes it, e.g. 'enc=0.5,dec=0.5,encdec=0.5'")
     g.add_argument("--composed-head-gates", default="enc,dec,encdec",
                    help="attention types the composed model gates (comma list of enc, dec, encdec)")
     g.add_argument("--attention-reg", choices=("entropy", "linf"), default="entropy",
@@ -249,6 +252,19 @@ def _check_decoding(a):
     return None
 
 
+def _heads_target_problem(spec):
+    """Why --heads-target is not one target (a number, or one per attention type), or None."""
+    try:
+        targets = parse_targets(None, spec)
+    except ValueError as e:
+        return f"--heads-target: {e}".replace("--heads-target: --head-gates-target-sparsity", "--heads-target")
+    if not targets:
+        return "--heads-target: give a target, e.g. 0.5 or 'enc=0.5,dec=0.5,encdec=0.5'"
+    if any(len(schedule) > 1 for schedule in targets.values()):
+        return f"--heads-target {spec!r}: one target (per attention type), not a schedule"
+    return None
+
+
 def _check_ranges(a):
     """The first numeric option outside its range, as a message, or None."""
     for name in ("baseline_updates", "finetune_updates", "curve_updates", "layers", "embed_dim", "ffn_dim", "heads",
@@ -262,7 +278,10 @@ def _check_ranges(a):
     for name in ("lr", "finetune_lr", "sparsity_lr", "attention_reg_lambda"):
         if not (math.isfinite(getattr(a, name)) and getattr(a, name) > 0):
             return f"--{name.replace('_', '-')} must be a positive number"
-    for name in ("l0drop_target", "heads_target", "importance_fraction", "dropout"):
+    heads_target = _heads_target_problem(a.heads_target)
+    if heads_target:
+        return heads_target
+    for name in ("l0drop_target", "importance_fraction", "dropout"):
         if not 0 <= getattr(a, name) < 1:
             return f"--{name.replace('_', '-')} must lie in [0, 1)"
     if a.l0drop_init_bias is not None and not math.isfinite(a.l0drop_init_bias):
@@ -308,9 +327,17 @@ def _check_lists(a):
     types = a.importance_types.split(",")
     if not types or any(t not in ("all", "enc", "dec", "encdec") for t in types):
         return "--importance-types: a comma list of all, enc, dec, encdec"
-    unknown = [s for s in a.steps.split(",") if s not in STEPS]
+    steps = a.steps.split(",")
+    unknown = [s for s in steps if s not in STEPS]
     if unknown:
         return f"unknown step {unknown[0]!r}; the steps are {', '.join(STEPS)}"
+    # a per-type --heads-target names only types that every head-gate step of this run gates
+    per_type = [k[len("head_gates_"):] for k in parse_targets(None, a.heads_target) if k != "head_gates"]
+    for step, gated in (("heads_enc", ["enc"]), ("composed", a.composed_head_gates.split(","))):
+        lacking = [t for t in per_type if t not in gated]
+        if step in steps and lacking:
+            return (f"--heads-target {a.heads_target!r} sets a target for {', '.join(lacking)} heads, which the "
+                    f"{step} step does not gate ({', '.join(gated)}): leave the step out or give one number")
     return None
 
 

@@ -117,6 +117,27 @@ def test_budget_points_set_the_checkpoint_interval_of_every_fine_tuning():
     assert cmd[cmd.index("--save-interval-updates") + 1] == "200" and "--no-epoch-checkpoints" not in cmd
 
 
+def test_heads_target_per_attention_type_reaches_the_criterion():
+    a = options("--heads-target", "enc=0.5,dec=0.5,encdec=0.5")
+    cmd = commands.finetune(a, "bin", methods.BY_NAME["heads_all"])
+    assert cmd[cmd.index("--head-gates-target-sparsity") + 1] == "enc=0.5,dec=0.5,encdec=0.5"
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--heads-target", "1.5"], "--heads-target must be in [0, 1)"),
+    (["--heads-target", "enc=0.2:0.4"], "not a schedule"),
+    (["--heads-target", "ffn=0.3"], "unknown attention type 'ffn'"),
+    (["--heads-target", "enc=0.5,dec=0.5", "--steps", "heads_enc"], "which the heads_enc step does not gate (enc)"),
+    (["--heads-target", "encdec=0.5", "--composed-head-gates", "enc,dec", "--steps", "composed"],
+     "which the composed step does not gate (enc, dec)")])
+def test_bad_heads_target_is_refused(extra, message, capsys):
+    from fairseq_sparse.recipe.options import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(["--corpus", "c", "-s", "en", "-t", "de", "--work-dir", "w"] + extra)
+    assert message in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("points,message", [("600,300", "--budget-points must rise"), ("3000", "at most --finetune-updates"),
                                             ("a,b", "--budget-points: a comma list of update counts")])
 def test_bad_budget_points_are_refused(points, message, capsys):
