@@ -8,8 +8,8 @@ import sys
 
 # One thread in the tests and in every console script they start, set before torch is imported: the tiny models
 # gain nothing from a second thread, and where two threads share a core with other work (scripts/test.sh runs one
-# pytest-xdist process per core) they spin waiting for each other: a 400-update training of the session's tiny
-# model took 441 s of CPU time with two threads beside other jobs, about 75 s with one.
+# pytest-xdist process per core) they spin waiting for each other: the session's 400-update tiny-model training
+# had used 441 s of CPU time with two threads beside other jobs and was not done; 100 updates of it take 22 s with one.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 
