@@ -126,7 +126,8 @@ class Evaluation:
                 if self.a.char_level:
                     from ..analysis.token_types import pruned_by_position
 
-                    row["char_positions"] = pruned_by_position(words, CHAR_BOUNDARY, bins=5).rows()
+                    positions = pruned_by_position(words, CHAR_BOUNDARY, bins=5)
+                    row["char_positions"], row["char_boundary"] = positions.rows(), positions.boundary()
                 else:
                     row["token_types"] = self.pruned_token_types(words)
             return row

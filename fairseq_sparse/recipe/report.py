@@ -4,6 +4,7 @@ import os
 from argparse import Namespace
 
 from .methods import BY_NAME, CONTROL_OF, STEPS
+from .options import CHAR_BOUNDARY
 
 #: (title, path relative to WORK) of every plot a step may make
 PLOTS = (
@@ -175,6 +176,10 @@ def attention_lines(att):
                      "Zhang, Titov & Sennrich 2021 Fig. 6): " + ", ".join(
                          f"{r['from']:.1f}-{r['to']:.1f} {100 * r['share_pruned']:.1f}% of {r['chars']}"
                          for r in chars if r["chars"]) + ".")
+    boundary = att.get("l0drop", {}).get("char_boundary")
+    if boundary and boundary["chars"]:
+        lines.append(f"- Word-boundary symbols ({CHAR_BOUNDARY}) L0Drop prunes: {100 * boundary['share_pruned']:.1f}% of "
+                     f"{boundary['chars']} (the paper, Sec. 6: 89.2% of the space symbols on WMT14).")
     if att:
         lines.append("- Encoder-decoder attention on the test split (teacher forced; per head, mean over layers): " +
                      "; ".join(f"{n} entropy {v['entropy']:.3f} nats, max weight {v['max_weight']:.3f}"

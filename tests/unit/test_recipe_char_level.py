@@ -90,3 +90,7 @@ def test_report_gives_the_pruned_characters_by_position():
     line = " ".join(attention_lines({"l0drop": {"char_positions": rows, "entropy": 1.0, "max_weight": 0.5}}))
     assert "by their relative position inside the word" in line
     assert "0.0-0.5 20.0% of 10" in line and "0.5-1.0 50.0% of 12" in line
+    boundary = {"chars": 8, "pruned": 6, "share_pruned": 0.75}
+    line = " ".join(attention_lines({"l0drop": {"char_positions": rows, "char_boundary": boundary,
+                                                "entropy": 1.0, "max_weight": 0.5}}))
+    assert f"Word-boundary symbols ({CHAR_BOUNDARY}) L0Drop prunes: 75.0% of 8" in line

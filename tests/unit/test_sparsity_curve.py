@@ -72,6 +72,12 @@ def test_char_positions_in_words():
     assert [(r["chars"], r["pruned"]) for r in rows] == [(2, 1), (3, 2)]  # 0.5 falls in the second bin
     assert [r["share_pruned"] for r in rows] == [0.5, pytest.approx(2 / 3)]
     assert [r["share_of_pruned"] for r in rows] == [pytest.approx(1 / 3), pytest.approx(2 / 3)]
+    # the word-boundary symbols (Sec. 6: the share of space symbols pruned), counted apart from the bins
+    flags = [True, False, True, True, False, False, True, True, True]
+    found = tt.pruned_by_position([(0, list(zip(chars, flags)))], "_", bins=2)
+    assert found.boundary() == {"chars": 3, "pruned": 2, "share_pruned": pytest.approx(2 / 3)}
+    assert [(r["chars"], r["pruned"]) for r in found.rows()] == [(2, 1), (3, 2)]
+    assert tt.PrunedPositions().boundary() == {"chars": 0, "pruned": 0, "share_pruned": None}
 
 
     assert [tt.is_punctuation(w) for w in ("", "a.", "...", "«", "1")] == [False, False, True, True, False]
