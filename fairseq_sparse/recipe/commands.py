@@ -66,7 +66,8 @@ def validation_flags(a):
     if a.metric != "bleu":
         return ["--validate-interval", str(a.validate_interval)]
     detok = ["--eval-bleu-detok", "moses"] if a.tokenizer == "moses" else []
-    return (["--eval-bleu", "--eval-bleu-args", json.dumps({"beam": 1})] + detok
+    lengths = {k: getattr(a, k) for k in ("max_len_a", "max_len_b")} if a.char_level else {}
+    return (["--eval-bleu", "--eval-bleu-args", json.dumps({"beam": 1, **lengths})] + detok
             + pieces_joined(a, "--eval-bleu-remove-bpe")
             + ["--best-checkpoint-metric", "bleu", "--maximize-best-checkpoint-metric",
                "--validate-interval", str(a.validate_interval)])

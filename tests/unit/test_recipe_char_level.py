@@ -1,6 +1,8 @@
 """The recipe's character-level corpus without running fairseq (issue 24, item 4): words split into characters
 with a word-boundary symbol fairseq joins back, no BPE, the options that cannot go with it refused, the decoding
 and the tools told how to join the pieces, and the pruned characters' positions in the report."""
+import json
+
 import pytest
 
 from fairseq_sparse.recipe import commands, corpus
@@ -78,6 +80,16 @@ def test_decoding_and_tools_join_characters_back():
     for cmd in (commands.head_importance(a, "bin"), commands.sparsity_curve(a, "bin")):
         assert after(cmd, "--remove-bpe") == "sentencepiece"
     assert after(commands.sparsity_curve(a, "bin"), "--char-boundary") == CHAR_BOUNDARY  # Fig. 6 in the curve step
+    # the longest output follows the source (fairseq's 200 would cut a quarter of DDTP's German test sentences)
+    a.max_source_positions = a.max_target_positions = 1024
+    for cmd in (gen, commands.sparsity_curve(a, "bin"), commands.head_importance(a, "bin")):
+        assert (after(cmd, "--max-len-a"), after(cmd, "--max-len-b")) == ("2.0", "10")
+    assert json.loads(after(commands.validation_flags(a), "--eval-bleu-args")) == {"beam": 1, "max_len_a": 2.0,
+                                                                                  "max_len_b": 10}
+    given = parsed("--corpus", "c", "-s", "en", "-t", "de", "--char-level", "--max-len-a", "0", "--max-len-b", "300")
+    assert (given.max_len_a, given.max_len_b) == (0.0, 300)
+    assert (bpe.max_len_a, bpe.max_len_b) == (0.0, 200)  # fairseq's defaults at the subword level
+    assert json.loads(after(commands.validation_flags(bpe), "--eval-bleu-args")) == {"beam": 1}
     # BPE runs as before: '--remove-bpe' alone ('@@ '), no character analysis
     gen = commands.generate(bpe, "bin", "l0drop", "l0drop/checkpoint_last.pt")
     assert "--remove-bpe" in gen and after(gen, "--remove-bpe") != "sentencepiece"
