@@ -275,28 +275,10 @@ def fitting_ids(task, model, dataset, ids: Sequence[int]) -> Tuple[List[int], Li
     return [i for i in ids if i not in bad_set], bad
 
 
-#: the most (sentences x longest source x longest target) a teacher-forced batch of the tools holds: their
-#: attention maps are kept per layer and head, so 32 character-level sentences of ~800 characters took 12 GB
-MAX_ATTENTION_CELLS = 1 << 22
-
-
-def length_sorted_batches(dataset, ids: Sequence[int], batch_size: int,
-                          max_cells: int = MAX_ATTENTION_CELLS) -> List[List[int]]:
-    """``ids`` sorted by source length (longest first, then id) and cut into batches of at most ``batch_size``
-    sentences and at most ``max_cells`` attention cells (sentences x longest source x longest target; one
-    sentence at least)."""
+def length_sorted_batches(dataset, ids: Sequence[int], batch_size: int) -> List[List[int]]:
+    """``ids`` sorted by source length (longest first, then id) and cut into batches of ``batch_size``."""
     ids = sorted(ids, key=lambda i: (-int(dataset.src_sizes[i]), i))
-    tgt_sizes = getattr(dataset, "tgt_sizes", None)
-    batches, batch, longest = [], [], (0, 0)
-    for i in ids:
-        size = (int(dataset.src_sizes[i]), int(tgt_sizes[i]) if tgt_sizes is not None else 1)
-        grown = (max(longest[0], size[0]), max(longest[1], size[1]))
-        if batch and (len(batch) == batch_size or (len(batch) + 1) * grown[0] * grown[1] > max_cells):
-            batches.append(batch)
-            batch, grown = [], size
-        batch.append(i)
-        longest = grown
-    return batches + ([batch] if batch else [])
+    return [ids[k:k + batch_size] for k in range(0, len(ids), batch_size)]
 
 
 def progress(items, args, prefix: str, no_bar_format: str = "none"):

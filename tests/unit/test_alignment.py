@@ -225,17 +225,3 @@ def test_example_maps_keep_the_first_sentences_with_their_pruned_tokens():
     ex = stats.examples[0]
     np.testing.assert_allclose(ex["attention"], expected)
     assert ex["pruned"].tolist() == [True, False, True, False] and ex["source"] == src and ex["target"] == tgt
-
-
-def test_tool_batches_are_cut_by_sentences_and_by_attention_cells():
-    """The teacher-forced batches of the analysis tools: longest source first, at most batch_size sentences
-    and at most max_cells of sentences x longest source x longest target (one long sentence alone if need be)."""
-    from types import SimpleNamespace
-
-    ds = SimpleNamespace(src_sizes=[3, 10, 5, 10, 2], tgt_sizes=[4, 12, 5, 8, 1])
-    assert common.length_sorted_batches(ds, range(5), 2) == [[1, 3], [2, 0], [4]]
-    # 2 x 10 x 12 = 240 cells for sentences 1 and 3 together: over 200, so they go apart
-    assert common.length_sorted_batches(ds, range(5), 8, max_cells=200) == [[1], [3, 2], [0, 4]]
-    assert common.length_sorted_batches(ds, range(5), 8, max_cells=50) == [[1], [3], [2, 0], [4]]
-    assert common.length_sorted_batches(SimpleNamespace(src_sizes=[3, 10], tgt_sizes=None), [0, 1], 8,
-                                        max_cells=10) == [[1], [0]]
