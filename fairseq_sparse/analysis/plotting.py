@@ -8,6 +8,7 @@ tools (confidence and function of heads, head importance, retained heads)::
 ``values`` is a [layers x heads] array; ``np.nan`` marks a head that does not exist (a physically
 pruned model has fewer heads in some layers) and is drawn as a blank, hatched cell.
 """
+import math
 import os
 import textwrap
 from typing import Optional, Sequence
@@ -240,21 +241,33 @@ def plot_encdec_head_maps(entropy, max_weight, entropy_path: str, max_weight_pat
                  "mean max weight", vmin=0.0, vmax=1.0, row_labels=rows)
 
 
+#: the largest side of an example attention map: at 0.32 inch a token, a 600-character sentence made a figure of
+#: 194 inches (21k pixels at 110 dpi), and three of them took 17 GB and 77 s
+MAX_EXAMPLE_INCHES = 30.0
+
+
 def plot_attention_example(example: dict, path: str, title: str) -> str:
     """One sentence's encoder-decoder attention [target x source] (head- and layer-averaged); source tokens
     that L0Drop prunes (``example["pruned"]``) in red, their columns shaded (Zhang, Titov & Sennrich 2021,
     Fig. 1: pruned tokens receive little attention)."""
     attn, src, tgt, pruned = example["attention"], example["source"], example["target"], example["pruned"]
-    fig, ax = plt.subplots(figsize=(max(4.0, 0.32 * len(src) + 2), max(3.0, 0.3 * len(tgt) + 1.6)))
+    width, height = (min(MAX_EXAMPLE_INCHES, max(4.0, 0.32 * len(src) + 2)),
+                     min(MAX_EXAMPLE_INCHES, max(3.0, 0.3 * len(tgt) + 1.6)))
+    fig, ax = plt.subplots(figsize=(width, height))
     im = ax.imshow(attn, cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto")
-    ax.set_xticks(range(len(src)))
-    ax.set_xticklabels(src, rotation=90, fontsize=8)
-    ax.set_yticks(range(len(tgt)))
-    ax.set_yticklabels(tgt, fontsize=8)
+    # every token labelled where it fits; on a capped figure (long, e.g. character-level, sentences) every k-th
+    src_ticks = range(0, len(src), max(1, math.ceil(0.32 * len(src) / (width - 2))))
+    ax.set_xticks(list(src_ticks))
+    ax.set_xticklabels([src[i] for i in src_ticks], rotation=90, fontsize=8)
+    tgt_ticks = range(0, len(tgt), max(1, math.ceil(0.3 * len(tgt) / (height - 1.6))))
+    ax.set_yticks(list(tgt_ticks))
+    ax.set_yticklabels([tgt[i] for i in tgt_ticks], fontsize=8)
     if pruned is not None:
+        for label, pos in zip(ax.get_xticklabels(), src_ticks):
+            if pruned[pos]:
+                label.set_color("tab:red")
         for pos, is_pruned in enumerate(pruned):
             if is_pruned:
-                ax.get_xticklabels()[pos].set_color("tab:red")
                 ax.axvspan(pos - 0.5, pos + 0.5, color="tab:red", alpha=0.12, linewidth=0)
         title += f": {int(np.sum(pruned))} of {len(src)} source tokens pruned (red)"
     ax.set_xlabel("source")

@@ -225,3 +225,23 @@ def test_example_maps_keep_the_first_sentences_with_their_pruned_tokens():
     ex = stats.examples[0]
     np.testing.assert_allclose(ex["attention"], expected)
     assert ex["pruned"].tolist() == [True, False, True, False] and ex["source"] == src and ex["target"] == tgt
+
+
+def test_example_attention_map_of_a_long_sentence_stays_a_readable_size(tmp_path):
+    """A character-level sentence of 600 source and 700 target tokens: the figure is capped (it was 194 x 212
+    inches, 17 GB for three), every k-th token labelled, pruned labels still red; a short one keeps every label."""
+    import matplotlib.image as mpimg
+
+    from fairseq_sparse.analysis import plotting
+
+    rng = np.random.default_rng(0)
+    pruned = np.arange(600) % 3 == 0
+    long = {"source": [chr(97 + i % 26) for i in range(600)], "target": ["x"] * 700,
+            "attention": rng.random((700, 600)), "pruned": pruned}
+    path = plotting.plot_attention_example(long, str(tmp_path / "long.png"), "long")
+    h, w = mpimg.imread(path).shape[:2]
+    assert max(h, w) <= plotting.MAX_EXAMPLE_INCHES * 110 + 1
+    short = {"source": ["a", "b", "c"], "target": ["x", "y"], "attention": rng.random((2, 3)),
+             "pruned": np.array([True, False, False])}
+    h, w = mpimg.imread(plotting.plot_attention_example(short, str(tmp_path / "short.png"), "short")).shape[:2]
+    assert (w, h) == (440, 330)  # 4 x 3 inches at 110 dpi: small sentences as before
