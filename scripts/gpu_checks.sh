@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Every GPU check in one command, on a GPU machine with no network (docs/gpu.md; ../shared/GPU.md):
-#   1. install: a venv over the machine's own Python and torch (--system-site-packages), the wheels and sdists
-#      of wheelhouse/ (scripts/gpu_wheelhouse.sh, run where there is network), fairseq-fixed compiled from its
-#      sdist against that torch (--no-build-isolation), this package (--no-deps); skipped when the venv works
+#   1. install: into the machine's own Python environment where python3 is a venv (the device tool's machines:
+#      their torch lives in one, which a nested venv's --system-site-packages would not see), else into a venv
+#      over python3 (--system-site-packages); the wheels and sdists of wheelhouse/ (scripts/gpu_wheelhouse.sh, run
+#      where there is network), fairseq-fixed compiled from its sdist against that torch (--no-build-isolation;
+#      its extensions built in parallel first; CUDA_HOME unset, so not its CUDA kernels, which nothing here
+#      uses), this package (--no-deps); skipped when the environment works
 #   2. tests: the cuda-marked tests of both tiers (pytest -m cuda -rs)
 #   3. bench: the GPU benchmarks, fp16, transformer-base sizes: batch 1 and 64, source lengths 25/400/1000, beam 4
 # and writes one report folder, $OUT if set (the device tool's), else gpu_report/: device.json (GPU, torch, CUDA,
@@ -10,10 +13,15 @@
 #
 #   scripts/gpu_checks.sh [STAGE ...]     # stages: install tests bench (default: all three, in this order)
 #   QUICK=1 scripts/gpu_checks.sh bench   # the benchmarks with fewer repeats and lengths (a first look)
+#   BENCH="l0drop_b64 composed_b64" scripts/gpu_checks.sh bench   # only these runs (names as in bench/)
+# The bench stage resumes: a run whose bench/NAME.json exists is skipped (a second call on a warm machine
+# goes on where the first one's time ran out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPORT=$(mkdir -p "${OUT:-gpu_report}" && cd "${OUT:-gpu_report}" && pwd)
-VENV=${GPU_VENV:-/tmp/fairseq-sparse-gpu-venv}
+# GPU_VENV: where to install; default: python3's own environment where it is a venv, else a new venv in /tmp
+OWN_VENV=$(python3 -c 'import sys; print(sys.prefix if sys.prefix != sys.base_prefix else "")')
+VENV=${GPU_VENV:-${OWN_VENV:-/tmp/fairseq-sparse-gpu-venv}}
 WHEELHOUSE=${WHEELHOUSE:-wheelhouse}
 PY="$VENV/bin/python"
 STAGES=("$@")
@@ -36,14 +44,21 @@ venv_works() {
 install() {
     if venv_works; then note "install: $VENV works already; skipped"; return 0; fi
     [[ -d "$WHEELHOUSE" ]] || { note "install: no $WHEELHOUSE/ (run scripts/gpu_wheelhouse.sh, carry it)"; return 1; }
-    make_venv || return 1
+    [[ -x "$PY" ]] || make_venv || return 1
     local pip=("$PY" -m pip install --no-index --find-links "$WHEELHOUSE")
     "${pip[@]}" setuptools wheel || return 1
     # every wheel and sdist but fairseq's, by name: pip resolves them against what the machine has
     local names
     names=$(ls "$WHEELHOUSE" | grep -v '^fairseq' | sed -E 's/(-|_)[0-9].*$//' | sort -u)
     "${pip[@]}" --no-build-isolation $names || return 1
-    MAX_JOBS=${MAX_JOBS:-16} "${pip[@]}" --no-deps --no-build-isolation "$WHEELHOUSE"/fairseq_fixed-*.tar.gz || return 1
+    # fairseq's extensions one per core first (pip's own build compiles them one after another; its build then
+    # finds them up to date); without CUDA_HOME its setup.py leaves out the CUDA kernels (NAT's edit distance,
+    # n-gram blocking, alignment training), which nothing here uses
+    local src=/tmp/fairseq-fixed-src
+    rm -rf "$src" && mkdir -p "$src" && tar -xzf "$WHEELHOUSE"/fairseq_fixed-*.tar.gz -C "$src" --strip-components=1
+    (cd "$src" && env -u CUDA_HOME MAX_JOBS=${MAX_JOBS:-16} "$PY" setup.py -q build_ext -j "$(nproc)") \
+        || echo "install: the parallel build of fairseq's extensions failed; pip builds them"
+    env -u CUDA_HOME MAX_JOBS=${MAX_JOBS:-16} "${pip[@]}" --no-deps --no-build-isolation "$src" || return 1
     "${pip[@]}" --no-deps --no-build-isolation -e . || return 1
     "$PY" -m pip check > "$REPORT/pip.txt" 2>&1 || note "install: pip check reports missing dependencies ($REPORT/pip.txt)"
     "$PY" -m pip list >> "$REPORT/pip.txt" 2>&1
@@ -70,8 +85,12 @@ tests() {
 }
 
 bench_one() {
-    # NAME SCRIPT ARGS...: one benchmark run, its table in bench/NAME.txt and its JSON in bench/NAME.json
+    # NAME SCRIPT ARGS...: one benchmark run, its table in bench/NAME.txt and its JSON in bench/NAME.json;
+    # skipped where that JSON exists already, or where $BENCH is set and does not name it
     local name=$1 script=$2; shift 2
+    [[ -z "${BENCH:-}" || " $BENCH " == *" $name "* ]] || return 0
+    [[ -s "$REPORT/bench/$name.json" ]] && { echo "bench $name: done already"; return 0; }
+    echo "bench $name ($(date +%T))"
     "$PY" "benchmarks/$script" --device cuda --fp16 --json "$REPORT/bench/$name.json" "$@" \
         > "$REPORT/bench/$name.txt" 2>&1
     note "bench $name: exit $? ($script $*)"
@@ -81,7 +100,8 @@ bench() {
     mkdir -p "$REPORT/bench"
     local lengths=25,400,1000 repeats=3
     [[ -n "${QUICK:-}" ]] && lengths=25,400 repeats=1
-    for batch in 1 64; do
+    # batch 64 first: where the bytes model says pruning the memory pays (and issue 25's goal is measured)
+    for batch in 64 1; do
         bench_one "l0drop_b$batch" l0drop_decoding.py --lengths $lengths --batch-size $batch --beam 4 --repeats $repeats
         bench_one "composed_b$batch" composed.py --size base --lengths $lengths --batch-size $batch --beam 4 \
             --repeats $repeats
