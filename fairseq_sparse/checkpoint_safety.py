@@ -26,9 +26,11 @@ FAIRSEQ_CHECKPOINT_CLASSES = [argparse.Namespace]
 
 #: numpy arrays of plain numbers: the logged metrics in ``extra_state["metrics"]`` hold some, e.g.
 #: ``--eval-bleu``'s n-gram counts (int64 arrays). Object arrays stay refused (their items are pickles).
+#: (numpy.dtypes.__all__ holds more than dtype classes in numpy 2.5, e.g. functions: those are skipped)
 NUMPY_ARRAY_GLOBALS = [_reconstruct, np.ndarray, np.dtype] + [
     cls for cls in (getattr(np.dtypes, name) for name in getattr(getattr(np, "dtypes", None), "__all__", []))
-    if issubclass(cls.type, (np.bool_, np.integer, np.floating)) and not issubclass(cls.type, np.timedelta64)
+    if isinstance(getattr(cls, "type", None), type)
+    and issubclass(cls.type, (np.bool_, np.integer, np.floating)) and not issubclass(cls.type, np.timedelta64)
 ]
 #: a checkpoint written under the other numpy major version names _reconstruct by that version's path
 NUMPY_ALIASES = [(_reconstruct, "numpy.core.multiarray._reconstruct"), (_reconstruct, "numpy._core.multiarray._reconstruct")]

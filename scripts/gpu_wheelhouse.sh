@@ -13,7 +13,7 @@ PIP=(.venv/bin/python -m pip)
 
 # the dependencies of fairseq and of this package, with theirs (fairseq-fixed is installed with --no-deps)
 WHEELS=(hydra-core==1.3.2 omegaconf==2.3.0 bitarray sacremoses subword-nmt entmax tensorboardX
-        absl-py nltk mock six protobuf click joblib tqdm PyYAML portalocker tabulate colorama lxml
+        absl-py nltk defusedxml mock six protobuf click joblib tqdm PyYAML portalocker tabulate colorama lxml
         packaging cffi pycparser setuptools wheel)
 # no cp312 manylinux wheel on PyPI: the source, built there with --no-build-isolation
 SDISTS=(antlr4-python3-runtime==4.9.3 rouge-score==0.1.2 fairseq-fixed==0.12.3.1)
