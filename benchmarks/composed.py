@@ -286,7 +286,7 @@ def calibrate_gates(args, model, dictionary, length):
     enc = model.encoder
     gates = list(enc.layer_l0drops or []) + [enc.l0drop]
     targets = (args._layer_rates if enc.layer_l0drops is not None else []) + [args.sparsity]
-    B = max(10, args.batch_size)
+    B = bench_common.CALIBRATION_SENTENCES
     calib = bench_common.random_sources(dictionary, B, length, args.seed + 7919 * length + 1)
     w = torch.randn(args.dim, generator=torch.Generator().manual_seed(args.seed + 1))
     for gate in gates:

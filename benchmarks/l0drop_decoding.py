@@ -165,7 +165,7 @@ def build_random_checkpoints(args, workdir, lengths):
                 "lr_scheduler_state": {"best": None}, "num_updates": 0}]
     paths = {}
     for n in lengths:
-        B = max(10, args.batch_size)
+        B = bench_common.CALIBRATION_SENTENCES
         calib = bench_common.random_sources(d, B, n, args.seed + 7919 * n + 1)  # not the benchmark batch
         with torch.no_grad():
             enc.l0drop.reset_parameters()  # w = 0, b = 3: all gates open, the gated states are the raw ones

@@ -38,7 +38,9 @@ make_venv() {
 }
 
 venv_works() {
-    [[ -x "$PY" ]] && "$PY" -c "import fairseq, fairseq_sparse, torch" 2>/dev/null
+    # the console scripts too: run from the repository, "import fairseq_sparse" works without the install
+    [[ -x "$PY" && -x "$VENV/bin/fairseq-train" && -x "$VENV/bin/fairseq-sparse-recipe" ]] \
+        && "$PY" -c "import fairseq, fairseq_sparse, torch" 2>/dev/null
 }
 
 install() {
@@ -51,15 +53,14 @@ install() {
     local names
     names=$(ls "$WHEELHOUSE" | grep -v '^fairseq' | sed -E 's/(-|_)[0-9].*$//' | sort -u)
     "${pip[@]}" --no-build-isolation $names || return 1
-    # fairseq's extensions one per core first (pip's own build compiles them one after another; its build then
-    # finds them up to date); without CUDA_HOME its setup.py leaves out the CUDA kernels (NAT's edit distance,
-    # n-gram blocking, alignment training), which nothing here uses
+    # without CUDA_HOME fairseq's setup.py leaves out its CUDA kernels (NAT's edit distance, n-gram blocking,
+    # alignment training), which nothing here uses. (Built one after another: setup.py build_ext -j with torch's
+    # ninja builder raced on the device, 2026-11-26, and failed to link.)
     local src=/tmp/fairseq-fixed-src
     rm -rf "$src" && mkdir -p "$src" && tar -xzf "$WHEELHOUSE"/fairseq_fixed-*.tar.gz -C "$src" --strip-components=1
-    (cd "$src" && env -u CUDA_HOME MAX_JOBS=${MAX_JOBS:-16} "$PY" setup.py -q build_ext -j "$(nproc)") \
-        || echo "install: the parallel build of fairseq's extensions failed; pip builds them"
     env -u CUDA_HOME MAX_JOBS=${MAX_JOBS:-16} "${pip[@]}" --no-deps --no-build-isolation "$src" || return 1
-    "${pip[@]}" --no-deps --no-build-isolation -e . || return 1
+    # --use-pep517: else setuptools 81 runs "setup.py develop", which calls pip again with build isolation (offline: fails)
+    "${pip[@]}" --no-deps --no-build-isolation --use-pep517 -e . || return 1
     "$PY" -m pip check > "$REPORT/pip.txt" 2>&1 || note "install: pip check reports missing dependencies ($REPORT/pip.txt)"
     "$PY" -m pip list >> "$REPORT/pip.txt" 2>&1
     venv_works && note "install: done"

@@ -17,6 +17,7 @@ forward pass, so it works with any fairseq encoder-decoder transformer (stock ``
 of ours; no special architecture). The mean attention entropy and maximum weight per target token
 (``attn_entropy``, ``attn_max``) are logged in training and validation whatever ``--attention-reg`` is.
 """
+import importlib.util
 import logging
 import math
 import weakref
@@ -86,6 +87,16 @@ def check_target_optimizer(targets, optimizer) -> None:
         raise ValueError(f"{option} with --optimizer {optimizer}: the gates and multipliers would move at the model's "
                          "--lr and barely move in a fine-tuning; add --optimizer adam_sparsity --sparsity-lr 0.05 "
                          "(Adam with the gates in their own group at a fixed rate)")
+
+
+def check_precision(bf16) -> None:
+    """fairseq 0.12's ``--bf16`` (and ``--memory-efficient-bf16``) means training on a TPU: its options set
+    ``--tpu`` and the trainer asks torch_xla for the device, so on a GPU or CPU it fails inside fairseq with
+    "'NoneType' object has no attribute 'xla_device'" (the CUDA test that expected adam_sparsity's refusal
+    failed that way on an H100, 2026-11-26). Refused here first, with what works on a GPU."""
+    if bf16 and importlib.util.find_spec("torch_xla") is None:
+        raise ValueError("--bf16 in fairseq 0.12 trains on a TPU (it implies --tpu and needs torch_xla, which is not "
+                         "installed): on a GPU use --amp, or --fp16 --memory-efficient-fp16")
 
 
 def distillation_settings(teacher, weight, temperature) -> dict:
@@ -163,6 +174,7 @@ class LabelSmoothedCrossEntropyWithSparsityConfig(LabelSmoothedCrossEntropyCrite
                           "gives a whole sparsity/quality curve (fairseq-sparse-sparsity-curve)"},
     )
     optimizer: Optional[str] = II("optimizer._name")
+    bf16: bool = II("common.bf16")
     save_interval_updates: int = II("checkpoint.save_interval_updates")
     no_epoch_checkpoints: bool = II("checkpoint.no_epoch_checkpoints")
     max_update: int = II("optimization.max_update")
@@ -233,8 +245,10 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
         distill_weight=None,
         distill_temperature=None,
         optimizer=None,
+        bf16=False,
     ):
         super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy)
+        check_precision(bf16)
         self.distill = distillation_settings(distill_teacher, distill_weight, distill_temperature)
         self.lambdas = {"l0drop": l0drop_lambda, "head_gates": head_gates_lambda, "attention_reg": attention_reg_lambda}
         for group, value in self.lambdas.items():

@@ -501,6 +501,8 @@ BAD_INPUT = {
     # name: (checkpoint already in the save dir, arguments, message, argparse error)
     "negative_lambda": (L0DROP_CKPT, L0DROP + ["--l0drop-lambda", "-0.1"], "--l0drop-lambda must be >= 0, got -0.1", False),
     "zero_beta": (L0DROP_CKPT, L0DROP + ["--l0drop-beta", "0"], "beta must be > 0, got 0.0", False),
+    # fairseq 0.12's --bf16 implies --tpu: refused by the criterion before fairseq asks torch_xla for a device
+    "bf16_without_tpu": (L0DROP_CKPT, L0DROP + ["--bf16"], "--bf16 in fairseq 0.12 trains on a TPU", False),
     "unknown_dropped_as": (L0DROP_CKPT, L0DROP + ["--l0drop-dropped-as", "drop"],
                            "--l0drop-dropped-as: invalid choice: 'drop'", True),
     "l0drop_option_on_stock_arch": (STOCK_CKPT, ["--arch", "transformer", "--l0drop-beta", "0.5"],

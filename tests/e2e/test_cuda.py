@@ -79,12 +79,16 @@ def test_amp_training_runs_on_cuda(amp_trained, name):
         assert "sparsity-control parameters" in proc.log  # adam_sparsity kept its groups under AMP
 
 
-@pytest.mark.parametrize("precision", [["--fp16"], ["--bf16"]])
-def test_plain_fp16_with_adam_sparsity_refused_before_any_update(corpus, stock_transformer_ckpt, tmp_path, precision):
+# plain --fp16: the optimiser's refusal; --bf16 (fairseq 0.12: TPU only) the criterion's, before the trainer
+@pytest.mark.parametrize("precision, message", [
+    (["--fp16"], "--optimizer adam_sparsity does not work with plain --fp16/--bf16"),
+    (["--bf16"], "--bf16 in fairseq 0.12 trains on a TPU")])
+def test_plain_fp16_with_adam_sparsity_refused_before_any_update(corpus, stock_transformer_ckpt, tmp_path, precision,
+                                                                  message):
     proc = cuda_train(corpus["bin"], tmp_path, MODELS["l0drop_target"] + precision
                       + ["--finetune-from-model", stock_transformer_ckpt], check=False)
     assert proc.returncode != 0
-    assert "--optimizer adam_sparsity does not work with plain --fp16/--bf16" in proc.log, proc.log[-3000:]
+    assert message in proc.log, proc.log[-3000:]
     assert not log_records(proc.log) and not os.listdir(tmp_path)
 
 
