@@ -377,8 +377,14 @@ def source_sample(src):
 def forced_generator(model, target_dictionary, beam, out_len):
     """fairseq's SequenceGenerator (beam search) with the output length forced: ``min_len = max_len =
     out_len`` (max_len_a=0, max_len_b=min_len=out_len), so every hypothesis has out_len tokens + EOS and
-    every variant runs the same number of beam steps whatever its weights."""
+    every variant runs the same number of beam steps whatever its weights. The plugin's decoders keep no beam
+    attention, as in fairseq-generate without --print-alignment (its ``prepare_for_inference_`` switches it
+    off; fairseq's own decoder keeps it whatever); set here directly, since that call also forbids training
+    the model afterwards."""
     from fairseq.sequence_generator import SequenceGenerator
+
+    if hasattr(getattr(model, "decoder", None), "beam_attention"):
+        model.decoder.beam_attention = False
 
     return SequenceGenerator([model], target_dictionary, beam_size=beam, max_len_a=0, max_len_b=out_len,
                              min_len=out_len)

@@ -472,7 +472,9 @@ class L0DropTransformerDecoder(SublayerTransformerDecoder):
             kept_index, pruned = self._attention_map(encoder_out, incremental_state, prev_output_tokens.size(0))
         self._set_log_count(log_count)
         x, extra = self.extract_features_scriptable(prev_output_tokens, encoder_out, incremental_state,
-                                                    full_context_alignment, alignment_layer, alignment_heads)
+                                                    full_context_alignment,
+                                                    self.alignment_layer_of_step(alignment_layer, incremental_state),
+                                                    alignment_heads)
         self._set_log_count(None)
         attn = extra["attn"][0]
         if attn is not None and kept_index is not None and pruned is not None:

@@ -303,3 +303,25 @@ def test_headless_first_encoder_attention_decodes_exactly(model, task):
     make_mixed(model, sample)
     pruned, _ = pruned_vs_unpruned(model, task, sample, 4, "zero")
     assert len({len(h[0]["tokens"]) for h in pruned}) > 1  # sentences finished at different steps
+
+
+@pytest.mark.parametrize("pruned_decoding", [True, False])
+def test_beam_attention_off_changes_no_hypothesis(model, task, pruned_decoding):
+    """Without --print-alignment, fairseq's prepare_for_inference_ (need_attn False) switches the decoder's
+    beam attention off: SequenceGenerator keeps no attention buffer, and every token and score stays the same,
+    bit for bit. With need_attn True (what --print-alignment passes) the attention comes back."""
+    sample = mixed_batch(task)
+    make_mixed(model, sample)
+    model.encoder.pruned_decoding = pruned_decoding
+    with_attention = generate(model, task, sample, 4)
+    model.make_generation_fast_(need_attn=False)
+    assert model.decoder.beam_attention is False
+    without = generate(model, task, sample, 4)
+    for hyps_a, hyps_b in zip(with_attention, without):
+        for ha, hb in zip(hyps_a, hyps_b):
+            assert ha["tokens"].tolist() == hb["tokens"].tolist()
+            assert float(ha["score"]) == float(hb["score"])
+            assert torch.equal(ha["positional_scores"], hb["positional_scores"])
+            assert ha["attention"].numel() > 0 and hb["attention"].numel() == 0  # no buffer kept
+    model.decoder.make_generation_fast_(need_attn="hard")
+    assert_same_hypos(generate(model, task, sample, 4), with_attention)
