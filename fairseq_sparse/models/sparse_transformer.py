@@ -17,7 +17,7 @@ their initial values, parameters of sub-layers a layout lacks are dropped (``upg
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Optional
 
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.dataclass.utils import gen_parser_from_dataclass
@@ -33,13 +33,13 @@ from fairseq.models.transformer import (
     transformer_wmt_en_de,
 )
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
-from torch import Tensor
 
 from ..modules.attention_normalisers import (
     AttentionNormaliserConfig,
     attention_normaliser_defaults,
     check_attention_normaliser_args,
 )
+from ..modules.beam_attention import BeamAttentionOption
 from ..modules.coverage_attention import Coverage
 from ..modules.decoder_layer import (
     STANDARD_BLOCKS,
@@ -206,16 +206,10 @@ def wrap_layer(layer, cfg):
     return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not cfg.checkpoint_activations else 0)
 
 
-class SublayerTransformerDecoder(TransformerDecoderBase):
+class SublayerTransformerDecoder(BeamAttentionOption, TransformerDecoderBase):
     """fairseq's TransformerDecoderBase built from :class:`SublayerDecoderLayer` (sub-layer order, simplified
-    decoder, --encdec-attention-normaliser); models with fairseq's default decoder keep fairseq's own.
-
-    Beam attention: fairseq's decoder averages the last layer's encoder-decoder attention at every decoding
-    step, and SequenceGenerator keeps it in a (sentences x beam) x source x steps buffer that it copies at
-    every reorder; fairseq-generate never reads it (--print-alignment recomputes the attention in a forward
-    pass of its own). ``beam_attention`` False returns none in incremental decoding, which changes no
-    hypothesis or score; fairseq's prepare_for_inference_ sets it from --print-alignment
-    (:meth:`make_generation_fast_`), so fairseq-generate and fairseq-interactive drop it unless asked."""
+    decoder, --encdec-attention-normaliser); models with fairseq's default decoder keep fairseq's own. Without
+    --print-alignment it returns no beam attention, which nothing reads (:mod:`..modules.beam_attention`)."""
 
     layer_cls = SublayerDecoderLayer
 
@@ -225,26 +219,6 @@ class SublayerTransformerDecoder(TransformerDecoderBase):
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
         return wrap_layer(self.layer_cls(cfg, no_encoder_attn), cfg)
-
-    def make_generation_fast_(self, need_attn=False, **kwargs):
-        """fairseq's prepare_for_inference_ passes need_attn = --print-alignment (class docstring)."""
-        self.beam_attention = bool(need_attn)
-
-    def alignment_layer_of_step(self, alignment_layer: Optional[int],
-                                incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]]) -> Optional[int]:
-        """The layer whose attention a step returns: -1 (none) in incremental decoding without beam attention."""
-        if alignment_layer is None and incremental_state is not None and not self.beam_attention:
-            return -1
-        return alignment_layer
-
-    def extract_features(self, prev_output_tokens: Tensor, encoder_out: Optional[Dict[str, List[Tensor]]] = None,
-                         incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
-                         full_context_alignment: bool = False, alignment_layer: Optional[int] = None,
-                         alignment_heads: Optional[int] = None):
-        return self.extract_features_scriptable(prev_output_tokens, encoder_out, incremental_state,
-                                                full_context_alignment,
-                                                self.alignment_layer_of_step(alignment_layer, incremental_state),
-                                                alignment_heads)
 
 
 class SparseTransformerModel(TransformerModel):

@@ -14,7 +14,8 @@ separately (one ``torch.bmm`` per slot, over sentences x heads), the same produc
 attention makes over the expanded memory, so the scores are bit-identical on the CPU (what the tests check).
 :func:`share_encoder_memory` switches a loaded stock model over in place: its encoder-decoder attention modules
 get this class (same parameters, nothing added), its encoder fairseq's own no-copy ``_reorder_encoder_out`` (as
-BART's ``set_beam_size`` does). Anything but the generators' incremental step goes through fairseq's forward
+BART's ``set_beam_size`` does), its decoder the option to leave out the beam attention nothing reads
+(:mod:`.beam_attention`, off in fairseq-generate without --print-alignment). Anything but the generators' incremental step goes through fairseq's forward
 unchanged (training, scoring, the full-context pass of ``--print-alignment``).
 """
 from typing import Dict, List, Optional
@@ -32,6 +33,8 @@ from fairseq.models.transformer import (
 from fairseq.modules import MultiheadAttention, TransformerDecoderLayer
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 from torch import Tensor
+
+from .beam_attention import add_beam_attention_option
 
 MODELS = (TransformerModel, TransformerModelBase)  # every --arch transformer* preset; not subclasses (the plugin's)
 ENCODERS = (TransformerEncoder, TransformerEncoderBase)
@@ -170,6 +173,8 @@ def share_encoder_memory(model) -> None:
             layer.encoder_attn.__class__ = SharedMemoryAttention  # a subclass adding no parameter or buffer
     # fairseq's own no-copy reorder (what BART's set_beam_size installs): the memory keeps one row per sentence
     model.encoder.reorder_encoder_out = model.encoder._reorder_encoder_out
+    # and no beam attention where fairseq-generate reads none (without --print-alignment; beam_attention.py)
+    add_beam_attention_option(model.decoder)
     model.shares_encoder_memory = True
 
 

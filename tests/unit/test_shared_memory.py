@@ -2,6 +2,7 @@
 SequenceGenerator gives bit-identical hypotheses, scores, positional scores and attention with the switched model
 and with the stock one, while the memory the decoder reads keeps one row per sentence; what cannot be switched is
 refused. Random tiny models built in-process (the trained checkpoint and fairseq-generate: tests/e2e)."""
+import argparse
 import copy
 
 import pytest
@@ -287,3 +288,26 @@ def test_the_task_refuses_such_a_model_with_one_line():
     message = str(e.value.code)
     assert "\n" not in message and message.startswith("error: --task translation_shared_memory cannot share"), message
     assert "already keeps one encoder memory per sentence" in message
+
+
+@pytest.mark.parametrize("flags", [["--beam", "5"], ["--print-alignment"]])
+def test_no_beam_attention_where_fairseq_generate_reads_none(pair, flags):
+    """fairseq-generate's prepare_for_inference_ (need_attn = --print-alignment): without --print-alignment the
+    switched model's beam search keeps no attention, with the same tokens and scores as stock bit for bit; with it,
+    the alignments are stock's."""
+    from fairseq_sparse.modules.beam_attention import BeamAttentionOption
+
+    model, shared, d, task = pair
+    shared = copy.deepcopy(shared)  # prepare_for_inference_ applies once per model
+    shared.prepare_for_inference_(argparse.Namespace(generation=generation_args(flags)))
+    assert isinstance(shared.decoder, BeamAttentionOption)
+    assert shared.decoder.beam_attention == ("--print-alignment" in flags)
+    out, ref = generate([shared], d, sources(d), flags, task=task), generate([model], d, sources(d), flags)
+    if "--print-alignment" in flags:
+        assert_identical(out, ref)
+        return
+    for hs, rs in zip(out, ref):
+        for h, r in zip(hs, rs):
+            assert torch.equal(h["tokens"], r["tokens"]) and torch.equal(h["score"], r["score"])
+            assert torch.equal(h["positional_scores"], r["positional_scores"])
+            assert h["attention"].numel() == 0 and r["attention"].numel() > 0
