@@ -4,8 +4,8 @@
 #      their torch lives in one, which a nested venv's --system-site-packages would not see), else into a venv
 #      over python3 (--system-site-packages); the wheels and sdists of wheelhouse/ (scripts/gpu_wheelhouse.sh, run
 #      where there is network), fairseq-fixed compiled from its sdist against that torch (--no-build-isolation;
-#      its extensions built in parallel first; CUDA_HOME unset, so not its CUDA kernels, which nothing here
-#      uses), this package (--no-deps); skipped when the environment works
+#      CUDA_HOME unset, so not its CUDA kernels, which nothing here uses), this package (--no-deps); skipped when
+#      the environment has fairseq-train and fairseq-sparse-recipe
 #   2. tests: the cuda-marked tests of both tiers (pytest -m cuda -rs)
 #   3. bench: the GPU benchmarks, fp16, transformer-base sizes: batch 1 and 64, source lengths 25/400/1000, beam 4
 # and writes one report folder, $OUT if set (the device tool's), else gpu_report/: device.json (GPU, torch, CUDA,

@@ -15,8 +15,9 @@ attention makes over the expanded memory, so the scores are bit-identical on the
 :func:`share_encoder_memory` switches a loaded stock model over in place: its encoder-decoder attention modules
 get this class (same parameters, nothing added), its encoder fairseq's own no-copy ``_reorder_encoder_out`` (as
 BART's ``set_beam_size`` does), its decoder the option to leave out the beam attention nothing reads
-(:mod:`.beam_attention`, off in fairseq-generate without --print-alignment). Anything but the generators' incremental step goes through fairseq's forward
-unchanged (training, scoring, the full-context pass of ``--print-alignment``).
+(:mod:`.beam_attention`, left out in fairseq-generate without --print-alignment). Anything but the generators'
+incremental step goes through fairseq's forward unchanged (training, scoring, the full-context pass of
+``--print-alignment``).
 """
 from typing import Dict, List, Optional
 
