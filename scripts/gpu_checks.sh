@@ -8,8 +8,13 @@
 #      the environment has fairseq-train and fairseq-sparse-recipe
 #   2. tests: the cuda-marked tests of both tiers (pytest -m cuda -rs)
 #   3. bench: the GPU benchmarks, fp16, transformer-base sizes: batch 1 and 64, source lengths 25/400/1000, beam 4
-# and writes one report folder, $OUT if set (the device tool's), else gpu_report/: device.json (GPU, torch, CUDA,
-# Python, commit, date), pip.txt, pytest.txt, bench/*.json and bench/*.txt, gpu_checks.log, summary.txt.
+# and writes one report folder, gpu_report/ (or $GPU_REPORT): device.json (GPU, torch, CUDA, Python, commit, date),
+# pip.txt, pytest.txt (one line per test), bench/*.json and bench/*.txt, gpu_checks.log, summary.txt. Where $OUT is
+# set (the device tool's, which brings back at most 8 files), the folder is /tmp/gpu_report and after every stage it
+# is packed into $OUT/report.tgz, with $OUT/summary.txt beside it.
+# Time limits per stage, in seconds (a stage past its limit is stopped and the next one runs; the report is packed
+# either way): LIMIT_INSTALL, LIMIT_TESTS, LIMIT_BENCH (default: none). A device call that fits 15 minutes:
+#   LIMIT_INSTALL=200 LIMIT_TESTS=300 LIMIT_BENCH=80 scripts/gpu_checks.sh
 #
 #   scripts/gpu_checks.sh [STAGE ...]     # stages: install tests bench (default: all three, in this order)
 #   QUICK=1 scripts/gpu_checks.sh bench   # the benchmarks with fewer repeats and lengths (a first look)
@@ -18,12 +23,15 @@
 # goes on where the first one's time ran out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-REPORT=$(mkdir -p "${OUT:-gpu_report}" && cd "${OUT:-gpu_report}" && pwd)
+DEFAULT_REPORT=gpu_report
+[[ -n "${OUT:-}" ]] && DEFAULT_REPORT=/tmp/gpu_report
+REPORT=$(mkdir -p "${GPU_REPORT:-$DEFAULT_REPORT}" && cd "${GPU_REPORT:-$DEFAULT_REPORT}" && pwd)
 # GPU_VENV: where to install; default: python3's own environment where it is a venv, else a new venv in /tmp
 OWN_VENV=$(python3 -c 'import sys; print(sys.prefix if sys.prefix != sys.base_prefix else "")')
 VENV=${GPU_VENV:-${OWN_VENV:-/tmp/fairseq-sparse-gpu-venv}}
 WHEELHOUSE=${WHEELHOUSE:-wheelhouse}
 PY="$VENV/bin/python"
+export REPORT VENV WHEELHOUSE PY  # for a stage run under its time limit (run_stage: a new bash)
 STAGES=("$@")
 [[ ${#STAGES[@]} -gt 0 ]] || STAGES=(install tests bench)
 exec > >(tee -a "$REPORT/gpu_checks.log") 2>&1
@@ -80,7 +88,8 @@ EOF
 }
 
 tests() {
-    "$PY" -m pytest -q -rs -m cuda -p no:cacheprovider tests/unit tests/e2e --junitxml "$REPORT/pytest.xml" \
+    # -v: one line per test as it ends, so a stage stopped by its limit still says which passed
+    "$PY" -m pytest -v -rs -m cuda -p no:cacheprovider tests/unit tests/e2e --junitxml "$REPORT/pytest.xml" \
         2>&1 | tee "$REPORT/pytest.txt"
     note "tests: $(tail -1 "$REPORT/pytest.txt")"
 }
@@ -114,13 +123,33 @@ bench() {
     done
 }
 
+pack() {
+    # the report into $OUT (the device tool's folder), as one archive
+    [[ -n "${OUT:-}" && "$(cd "$OUT" && pwd)" != "$REPORT" ]] || return 0
+    cp "$REPORT/summary.txt" "$OUT/" 2>/dev/null
+    tar -czf "$OUT/report.tgz" -C "$REPORT" .
+}
+
+run_stage() {
+    # STAGE: its function, under its LIMIT_<STAGE> seconds if set (a subshell, so the limit stops all of it)
+    local stage=$1 limit_var="LIMIT_${1^^}"
+    local limit=${!limit_var:-}
+    if [[ -n "$limit" ]]; then
+        timeout "$limit" bash -c "set -uo pipefail; $(declare -f); $stage" || { local rc=$?; note "$stage: exit $rc$( ((rc == 124)) && echo " (stopped at its limit, $limit s)")"; return $rc; }
+    else
+        "$stage"
+    fi
+}
+
 for stage in "${STAGES[@]}"; do
     echo "== $stage ($(date +%T))"
     case $stage in
-        install) install || { note "install failed: see $REPORT/gpu_checks.log"; exit 1; } ;;
-        tests) device_facts; tests ;;
-        bench) device_facts; bench ;;
+        install) run_stage install || { note "install failed: see $REPORT/gpu_checks.log"; pack; exit 1; } ;;
+        tests) device_facts; run_stage tests ;;
+        bench) device_facts; run_stage bench ;;
         *) echo "unknown stage $stage (install, tests, bench)"; exit 2 ;;
     esac
+    pack
 done
 note "report: $REPORT"
+pack
