@@ -383,7 +383,9 @@ def forced_generator(model, target_dictionary, beam, out_len):
     the model afterwards."""
     from fairseq.sequence_generator import SequenceGenerator
 
-    if hasattr(getattr(model, "decoder", None), "beam_attention"):
+    from fairseq_sparse.modules.beam_attention import BeamAttentionOption
+
+    if isinstance(getattr(model, "decoder", None), BeamAttentionOption):
         model.decoder.beam_attention = False
 
     return SequenceGenerator([model], target_dictionary, beam_size=beam, max_len_a=0, max_len_b=out_len,

@@ -23,6 +23,14 @@
 # goes on where the first one's time ran out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# bad limits or benchmark names stop the script before any work
+for var in LIMIT_INSTALL LIMIT_TESTS LIMIT_BENCH; do
+    [[ -z "${!var:-}" || "${!var}" =~ ^[1-9][0-9]*$ ]] || { echo "gpu_checks.sh: $var must be whole seconds > 0, got '${!var}'"; exit 2; }
+done
+for name in ${BENCH:-}; do
+    [[ "$name" =~ ^((l0drop|composed)_b(1|64)|(heads|simplified)_len[0-9]+)$ ]] \
+        || { echo "gpu_checks.sh: BENCH names no run '$name' (l0drop_bN, composed_bN with N 1 or 64; heads_lenL, simplified_lenL)"; exit 2; }
+done
 DEFAULT_REPORT=gpu_report
 [[ -n "${OUT:-}" ]] && DEFAULT_REPORT=/tmp/gpu_report
 REPORT=$(mkdir -p "${GPU_REPORT:-$DEFAULT_REPORT}" && cd "${GPU_REPORT:-$DEFAULT_REPORT}" && pwd)

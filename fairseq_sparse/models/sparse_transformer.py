@@ -213,10 +213,6 @@ class SublayerTransformerDecoder(BeamAttentionOption, TransformerDecoderBase):
 
     layer_cls = SublayerDecoderLayer
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.beam_attention = True
-
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
         return wrap_layer(self.layer_cls(cfg, no_encoder_attn), cfg)
 

@@ -15,8 +15,12 @@ from torch import Tensor
 
 class BeamAttentionOption:
     """A mixin for fairseq's TransformerDecoderBase (listed before it): ``beam_attention`` False returns no
-    attention from incremental decoding steps (full-context calls keep theirs). The class using it sets
-    ``self.beam_attention = True`` in ``__init__``; :func:`add_beam_attention_option` does it for a built decoder."""
+    attention from incremental decoding steps (full-context calls keep theirs). On until fairseq's
+    prepare_for_inference_ says otherwise; :func:`add_beam_attention_option` gives a built decoder the option."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.beam_attention = True
 
     def make_generation_fast_(self, need_attn=False, **kwargs):
         """fairseq's prepare_for_inference_ passes need_attn = --print-alignment."""

@@ -24,3 +24,14 @@ def test_stages_pack_the_report_and_stop_at_their_limits(tmp_path):
         names = {os.path.normpath(n) for n in archive.getnames()}
     assert {"summary.txt", "pytest.txt", "device.json", "gpu_checks.log"} <= names, names
     assert sorted(os.listdir(out)) == ["report.tgz", "summary.txt"]  # at most 8 files come back from $OUT
+
+
+def test_bad_limit_or_benchmark_name_refused_before_any_work(tmp_path):
+    for bad, message in (({"LIMIT_TESTS": "ten"}, "LIMIT_TESTS must be whole seconds > 0"),
+                         ({"BENCH": "l0drop_b32"}, "BENCH names no run 'l0drop_b32'")):
+        report = tmp_path / "report"
+        env = dict(os.environ, GPU_REPORT=str(report), GPU_VENV=sys.prefix, **bad)
+        proc = subprocess.run(["bash", os.path.join(REPO, "scripts", "gpu_checks.sh"), "tests", "bench"], env=env,
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2 and message in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+        assert not report.exists()  # nothing written
