@@ -176,13 +176,19 @@ def build_generator(model: nn.Module, tgt_dict, options: Mapping):
                              no_repeat_ngram_size=int(options["no_repeat_ngram_size"]))
 
 
-def script_translator(model: nn.Module, task, options: Mapping, metadata: Mapping):
+def script_translator(model: nn.Module, task, options: Mapping, metadata: Mapping, beam_attention: bool = True):
     """The scripted :class:`ScriptedTranslator` of an eval-mode model (quantise first for int8).
+    ``beam_attention`` False: the beam search keeps no attention over the source (each hypothesis' ``attention``
+    is an empty tensor; tokens and scores as with it, modules/beam_attention.py).
     Raises ValueError with torch.jit's message when something does not script."""
+    from .modules.beam_attention import add_beam_attention_option
+
     model = copy.deepcopy(model)  # the caller's model keeps its Python hooks
     for module in model.modules():
         if hasattr(module, "drop_python_hooks"):  # the L0Drop encoder's; its scripted path needs none
             module.drop_python_hooks()
+    add_beam_attention_option(model.decoder)
+    model.decoder.beam_attention = bool(beam_attention)
     for p in model.parameters():  # inference only: no autograd graph in the file's calls
         p.requires_grad_(False)
     flatten_output_projection(model)

@@ -68,6 +68,23 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: not str(item.path).endswith(FIRST))  # stable: the rest keep their order
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With TEST_CPU_LOG=PATH, each test's CPU seconds (this process and the console scripts it waited for,
+    fixture set-up included) and wall seconds go to PATH.<worker> as `cpu wall nodeid` lines: CPU time, unlike
+    pytest's --durations, does not grow when other jobs share the cores."""
+    log = os.environ.get("TEST_CPU_LOG")
+    if not log:
+        yield
+        return
+    before = os.times()
+    yield
+    after = os.times()
+    cpu = sum(getattr(after, f) - getattr(before, f) for f in ("user", "system", "children_user", "children_system"))
+    with open(f"{log}.{os.environ.get('PYTEST_XDIST_WORKER', 'main')}", "a") as out:
+        out.write(f"{cpu:.2f} {after.elapsed - before.elapsed:.2f} {item.nodeid}\n")
+
+
 def console(name):
     return os.path.join(BIN, name)
 

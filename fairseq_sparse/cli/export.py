@@ -35,6 +35,9 @@ def get_parser():
     p.add_argument("--target-lang", default=None)
     p.add_argument("--int8", action="store_true",
                    help="dynamic int8 quantisation of every linear layer (torch.ao.quantization.quantize_dynamic)")
+    p.add_argument("--no-attention", action="store_true",
+                   help="the beam search keeps no attention over the source: each hypothesis' 'attention' is an "
+                        "empty tensor, tokens and scores are the same; faster on long sources (docs/deployment.md)")
     g = p.add_argument_group("generation, fixed in the file (fairseq-generate's options and defaults)")
     g.add_argument("--beam", type=int, default=D["beam"])
     g.add_argument("--max-len-a", type=float, default=D["max_len_a"])
@@ -111,17 +114,18 @@ def main(argv=None):
         arch = getattr(cfg.model, "arch", None) or getattr(cfg.model, "_name", None)
         metadata = {"format": export.FORMAT_VERSION, "checkpoint": os.path.abspath(args.path),
                     "checkpoint_sha256": sha256(args.path), "arch": arch, "int8": bool(args.int8),
-                    "generation": options, "source_lang": task.cfg.source_lang, "target_lang": task.cfg.target_lang,
+                    "generation": options, "attention": not args.no_attention, "source_lang": task.cfg.source_lang, "target_lang": task.cfg.target_lang,
                     "torch": torch.__version__, "fairseq": fairseq.__version__}
         try:
-            scripted = export.script_translator(model, task, options, metadata)
+            scripted = export.script_translator(model, task, options, metadata, beam_attention=not args.no_attention)
         except ValueError as e:
             raise common.ToolError(f"cannot export {args.path}: {e}") from None
     except common.ToolError as e:
         common.fail(PROG, str(e))
     export.save(scripted, args.output, metadata)
     size = os.path.getsize(args.output)
-    print(f"wrote {args.output} ({size / 2 ** 20:.1f} MiB): {arch}{' int8' if args.int8 else ''}, beam {args.beam}; "
+    print(f"wrote {args.output} ({size / 2 ** 20:.1f} MiB): {arch}{' int8' if args.int8 else ''}, beam {args.beam}"
+          f"{', no attention' if args.no_attention else ''}; "
           "load it with torch.jit.load (docs/deployment.md)")
     return metadata
 

@@ -50,9 +50,9 @@ def standalone(ts, src):
     return json.loads(proc.stdout)
 
 
-def assert_same_as_fairseq_generate(ckpt, corpus, tmp_path, name):
+def assert_same_as_fairseq_generate(ckpt, corpus, tmp_path, name, *extra):
     ts = tmp_path / f"{name}.ts.pt"
-    export(ckpt, ts)
+    export(ckpt, ts, *extra)
     want = fairseq_generate(ckpt, corpus["bin"])
     got = standalone(ts, os.path.join(corpus["raw"], "test.src"))
     assert len(got) == len(want) == 60
@@ -107,10 +107,25 @@ def test_stock_transformer_exports_to_fairseq_generates_hypotheses(stock_transfo
 
     meta = read_metadata(str(ts))
     assert meta["arch"] == "transformer" and meta["generation"]["beam"] == 4 and not meta["int8"]
+    assert meta["attention"]
+
+
+def assert_no_attention(ts, corpus):
+    """The file's hypotheses carry an empty attention tensor (exported with --no-attention)."""
+    import torch
+
+    from fairseq_sparse.export import read_metadata
+
+    assert read_metadata(str(ts))["attention"] is False
+    m = torch.jit.load(str(ts))
+    line = open(os.path.join(corpus["raw"], "test.src"), encoding="utf-8").readline()
+    assert m.translate([m.encode(line)])[0][0]["attention"].numel() == 0
 
 
 def test_head_pruned_checkpoint_exports_to_fairseq_generates_hypotheses(pruned_ckpt, corpus, tmp_path):
-    assert_same_as_fairseq_generate(pruned_ckpt, corpus, tmp_path, "pruned")
+    """Exported without beam attention (fairseq's own decoder given the switch): fairseq-generate's hypotheses."""
+    ts = assert_same_as_fairseq_generate(pruned_ckpt, corpus, tmp_path, "pruned", "--no-attention")
+    assert_no_attention(ts, corpus)
 
 
 def test_simplified_decoder_exports_to_fairseq_generates_hypotheses(simplified_ckpt, corpus, tmp_path):
@@ -140,8 +155,10 @@ def test_l0drop_exports_to_fairseq_generates_hypotheses_with_the_compressed_memo
 
 
 def test_composed_model_exports_to_fairseq_generates_hypotheses(composed_ckpt, corpus, tmp_path):
-    """The compacted encoder (L0Drop between layers) with a headless layer, the simplified decoder, pruned heads."""
-    assert_same_as_fairseq_generate(composed_ckpt, corpus, tmp_path, "composed")
+    """The compacted encoder (L0Drop between layers) with a headless layer, the simplified decoder, pruned heads;
+    exported without beam attention."""
+    ts = assert_same_as_fairseq_generate(composed_ckpt, corpus, tmp_path, "composed", "--no-attention")
+    assert_no_attention(ts, corpus)
 
 
 @pytest.mark.parametrize("checkpoint", ["pruned_ckpt", "l0drop_ckpt"])

@@ -72,3 +72,27 @@ def test_scripted_beam_search_gives_the_eager_hypotheses(dropped_as, between, pr
         for hyp_w, hyp_g in zip(w, g):
             assert hyp_w["tokens"].tolist() == hyp_g["tokens"].tolist()
             assert abs(float(hyp_w["score"]) - float(hyp_g["score"])) < 1e-4
+
+
+@pytest.mark.parametrize("arch", ["transformer", "transformer_l0drop"])
+def test_scripted_without_beam_attention_gives_the_same_hypotheses(arch):
+    """``beam_attention=False`` (fairseq-sparse-export --no-attention), on fairseq's own decoder and the L0Drop
+    one with pruned decoding: the same tokens and scores bit for bit, an empty attention in every hypothesis."""
+    from test_shared_memory import build
+
+    from fairseq_sparse.modules.beam_attention import BeamAttentionOption
+
+    model = gated_model("zero", False, True, []) if arch == "transformer_l0drop" else build(arch)[0]
+    d = model.encoder.dictionary
+    task = TranslationTask(TranslationConfig(), d, d)
+    options = dict(export.GENERATION_DEFAULTS, beam=3, max_len_b=8)
+    src, lengths = mixed_length_batch()
+    want, got = (export.script_translator(model, task, options, {}, beam_attention=b)(src, lengths)
+                 for b in (True, False))
+    # the caller's model is left as it was (the export works on a copy)
+    assert arch != "transformer" or not isinstance(model.decoder, BeamAttentionOption)
+    for w, g in zip(want, got):
+        for hyp_w, hyp_g in zip(w, g):
+            assert hyp_w["tokens"].tolist() == hyp_g["tokens"].tolist()
+            assert torch.equal(hyp_w["positional_scores"], hyp_g["positional_scores"])
+            assert hyp_w["attention"].numel() > 0 and hyp_g["attention"].numel() == 0
