@@ -17,5 +17,6 @@ for a in "$@"; do
 done
 workers=${TEST_WORKERS:-$default_workers}
 xdist=()
-if [[ "$workers" != 1 ]]; then xdist=(-n "$workers" --dist loadfile); fi
+# --no-loadscope-reorder: files in the order tests/conftest.py gives them (the costliest first)
+if [[ "$workers" != 1 ]]; then xdist=(-n "$workers" --dist loadfile --no-loadscope-reorder); fi
 exec .venv/bin/python -m pytest -q -rs ${xdist[@]+"${xdist[@]}"} "${tiers[@]}" ${args[@]+"${args[@]}"}

@@ -3,7 +3,7 @@ imported, to the same hypotheses as fairseq-generate (scores to 1e-4 bits) for e
 a stock transformer, a physically head-pruned checkpoint, the simplified decoder, L0Drop and the composed
 model; --int8 gives the same
 hypotheses as the eager int8 model. Checkpoints: the session's stock transformer (conftest.py), pruned by
-fairseq-sparse-prune-heads, and a simplified decoder trained here."""
+fairseq-sparse-prune-heads, and the simplified decoder and the composed model fine-tuned from it here."""
 import json
 import math
 import os
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import TINY_MODEL, USER_DIR, console, fairseq_train, run
+from conftest import TINY_MODEL, USER_DIR, console, fairseq_train, refused_in_process, run
 
 GEN = ["--beam", "4", "--max-len-b", "30"]
 
@@ -75,28 +75,34 @@ def pruned_ckpt(stock_transformer_ckpt, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def simplified_ckpt(corpus, tmp_path_factory):
+def simplified_ckpt(corpus, stock_transformer_ckpt, tmp_path_factory):
+    """The simplified decoder fine-tuned briefly from the session's stock checkpoint (the decoder's FFNs left out)."""
     save = str(tmp_path_factory.mktemp("simplified"))
     fairseq_train(corpus["bin"], save, ["--arch", "transformer_simplified_decoder", "--criterion",
-                                        "label_smoothed_cross_entropy", "--label-smoothing", "0.1"] + TINY_MODEL,
-                  max_update=200)
+                                        "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+                                        "--finetune-from-model", stock_transformer_ckpt] + TINY_MODEL, max_update=30)
     return os.path.join(save, "checkpoint_last.pt")
 
 
 @pytest.fixture(scope="module")
-def composed_ckpt(corpus, tmp_path_factory):
+def composed_ckpt(corpus, stock_transformer_ckpt, tmp_path_factory):
     """The composed model (simplified decoder, L0Drop between the encoder layers and on the output, head gates)
-    trained to a target of half the states, its heads then cut out by a mask that leaves one encoder layer and
-    one encoder-decoder attention without any head."""
+    fine-tuned briefly from the stock checkpoint, its L0Drop gates shifted to prune about half of the test
+    states at each gate (test_cli.with_mixed_gates), its heads then cut out by a mask that leaves one encoder
+    layer and one encoder-decoder attention without any head."""
+    from test_cli import with_mixed_gates
+
     save = tmp_path_factory.mktemp("composed")
     fairseq_train(corpus["bin"], str(save), [
         "--arch", "transformer_l0drop", "--criterion", "label_smoothed_cross_entropy_with_sparsity",
         "--label-smoothing", "0.1", "--simplified-decoder", "--l0drop-between-layers", "--head-gates", "enc,dec,encdec",
-        "--l0drop-target-sparsity", "0.5", "--optimizer", "adam_sparsity"] + TINY_MODEL, max_update=250)
+        "--l0drop-lambda", "0.3", "--head-gates-lambda", "0.05", "--finetune-from-model", stock_transformer_ckpt,
+    ] + TINY_MODEL, max_update=30)
+    mixed = with_mixed_gates(str(save / "checkpoint_last.pt"), corpus["bin"], str(save / "mixed.pt"))
     mask = save / "mask.json"
     mask.write_text(json.dumps({"enc": [[0, 0, 0, 0], [1, 0, 1, 1]], "dec": [[1, 1, 0, 1], [1, 1, 1, 1]],
                                 "encdec": [[0, 1, 1, 1], [0, 0, 0, 0]]}))
-    run([console("fairseq-sparse-prune-heads"), "--path", str(save / "checkpoint_last.pt"), "--head-mask", str(mask),
+    run([console("fairseq-sparse-prune-heads"), "--path", mixed, "--head-mask", str(mask),
          "--output", str(save / "pruned.pt")])
     return str(save / "pruned.pt")
 
@@ -194,9 +200,12 @@ def test_int8_export_equals_the_eager_int8_model(checkpoint, corpus, tmp_path, r
     assert [text for text, _ in got] == want
 
 
-def test_refused_before_any_work(stock_transformer_ckpt, tmp_path):
+def test_refused_before_any_work(stock_transformer_ckpt, tmp_path, capsys):
     """A missing checkpoint, an existing output without --overwrite, the input as output (even with
-    --overwrite), a model with head gates: one error line, exit 2, nothing written."""
+    --overwrite), a missing output folder, a bad option: one error line, exit 2, nothing written (in this process;
+    the console script once)."""
+    from fairseq_sparse.cli.export import main
+
     out = tmp_path / "x.ts.pt"
     cases = [
         (["--path", str(tmp_path / "missing.pt"), "--output", str(out)], "checkpoint not found"),
@@ -206,11 +215,9 @@ def test_refused_before_any_work(stock_transformer_ckpt, tmp_path):
         (["--path", stock_transformer_ckpt, "--output", str(out), "--beam", "0"], "--beam must be >= 1"),
     ]
     for argv, message in cases:
-        proc = run([console("fairseq-sparse-export")] + argv, check=False)
-        assert proc.returncode == 2 and message in proc.stderr, (argv, proc.stderr[-2000:])
-        assert "Traceback" not in proc.stderr
+        assert message in refused_in_process(main, argv, capsys), argv
         assert not out.exists()
     out.write_text("keep me")
     proc = run([console("fairseq-sparse-export"), "--path", stock_transformer_ckpt, "--output", str(out)], check=False)
-    assert proc.returncode == 2 and "pass --overwrite" in proc.stderr
+    assert proc.returncode == 2 and "pass --overwrite" in proc.stderr and "Traceback" not in proc.stderr
     assert out.read_text() == "keep me"

@@ -7,7 +7,7 @@ import pytest
 import torch
 from fairseq import checkpoint_utils
 
-from conftest import console, run
+from conftest import console, refused_in_process, run
 from test_cli import ENV, L0DROP, generate, parse_generate, sparsity_line, train
 from test_cli import with_mixed_gates as with_mixed_l0drop_gates
 
@@ -144,13 +144,10 @@ def test_bad_head_gate_options_fail_before_training(case, corpus, tmp_path):
 
 
 def prune_in_process(argv, capsys):
-    """fairseq-sparse-prune-heads' main() in this process (bad input is cheap to check here)."""
+    """fairseq-sparse-prune-heads' main() in this process on bad input; its stderr."""
     from fairseq_sparse.cli.prune_heads import main
 
-    with pytest.raises(SystemExit) as e:
-        main(argv)
-    assert e.value.code != 0
-    return capsys.readouterr().err
+    return refused_in_process(main, argv, capsys)
 
 
 def test_prune_heads_bad_input(stock_transformer_ckpt, tmp_path, capsys):

@@ -11,7 +11,7 @@ Here the tests that train or run console scripts; the pure ones are in tests/uni
 import json
 import os
 
-from conftest import console, run
+from conftest import console, refused_in_process, run
 from fairseq_sparse.analysis.probing import MODULES
 
 
@@ -47,7 +47,10 @@ def test_probe_cli_on_stock_transformer(corpus, stock_transformer_ckpt, tmp_path
     assert not os.path.exists(os.path.join(out2, "probe_ifm.png"))
 
 
-def test_probe_cli_bad_input(corpus, stock_transformer_ckpt, tmp_path):
+def test_probe_cli_bad_input(corpus, stock_transformer_ckpt, tmp_path, capsys):
+    """Each refused with its reason, exit 2, nothing written (in this process; the console script once)."""
+    from fairseq_sparse.cli.probe import main
+
     out = str(tmp_path / "never")
     for extra, message in [
         (["--modules", "fnn"], "unknown module"),
@@ -56,8 +59,8 @@ def test_probe_cli_bad_input(corpus, stock_transformer_ckpt, tmp_path):
         (["--valid-subset", "nosuch"], "cannot load subset 'nosuch'"),
         (["--lr", "0"], "--lr must be > 0"),
     ]:
-        proc = run(probe_cmd(corpus["bin"], stock_transformer_ckpt, out, extra), check=False)
-        assert proc.returncode == 2 and message in proc.stderr, (extra, proc.stderr[-2000:])
+        assert message in refused_in_process(main, probe_cmd(corpus["bin"], stock_transformer_ckpt, out, extra)[1:],
+                                             capsys), extra
         assert not os.path.exists(out)
     proc = run(probe_cmd(corpus["bin"], str(tmp_path / "missing.pt"), out), check=False)
     assert proc.returncode == 2 and "checkpoint not found" in proc.stderr
