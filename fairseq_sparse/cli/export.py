@@ -36,8 +36,9 @@ def get_parser():
     p.add_argument("--int8", action="store_true",
                    help="dynamic int8 quantisation of every linear layer (torch.ao.quantization.quantize_dynamic)")
     p.add_argument("--no-attention", action="store_true",
-                   help="the beam search keeps no attention over the source: each hypothesis' 'attention' is an "
-                        "empty tensor, tokens and scores are the same; faster on long sources (docs/deployment.md)")
+                   help="the beam search keeps no attention over the source (no hypotheses x source x steps buffer "
+                        "copied at every step): each hypothesis' 'attention' is an empty tensor, its tokens and "
+                        "scores are the same (docs/deployment.md)")
     g = p.add_argument_group("generation, fixed in the file (fairseq-generate's options and defaults)")
     g.add_argument("--beam", type=int, default=D["beam"])
     g.add_argument("--max-len-a", type=float, default=D["max_len_a"])
@@ -114,7 +115,8 @@ def main(argv=None):
         arch = getattr(cfg.model, "arch", None) or getattr(cfg.model, "_name", None)
         metadata = {"format": export.FORMAT_VERSION, "checkpoint": os.path.abspath(args.path),
                     "checkpoint_sha256": sha256(args.path), "arch": arch, "int8": bool(args.int8),
-                    "generation": options, "attention": not args.no_attention, "source_lang": task.cfg.source_lang, "target_lang": task.cfg.target_lang,
+                    "generation": options, "attention": not args.no_attention,
+                    "source_lang": task.cfg.source_lang, "target_lang": task.cfg.target_lang,
                     "torch": torch.__version__, "fairseq": fairseq.__version__}
         try:
             scripted = export.script_translator(model, task, options, metadata, beam_attention=not args.no_attention)
