@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from conftest import run
+from conftest import refused_in_process, run
 from test_recipe import RECIPE, SHIM, TINY, raw_corpus, recipe  # noqa: F401  (raw_corpus: a fixture)
 
 
@@ -49,6 +49,14 @@ def test_recipe_on_a_tokenised_corpus_without_bpe(raw_corpus, tmp_path):
     assert "(--baseline-checkpoint)" in (mine / "REPORT.md").read_text()
 
 
+def recipe_refusal(corpus, work, extra, capsys) -> str:
+    """The recipe's main() in this process on bad input (through the console script: the language-code test)."""
+    from fairseq_sparse.recipe.main import main
+
+    argv = ["--corpus", str(corpus), "-s", "en", "-t", "de", "--work-dir", str(work)] + TINY + list(extra)
+    return refused_in_process(main, argv, capsys, status=None)
+
+
 def _corrupt(raw_corpus, tmp_path, edit):
     bad = tmp_path / "bad"
     shutil.copytree(raw_corpus, bad)
@@ -56,11 +64,23 @@ def _corrupt(raw_corpus, tmp_path, edit):
     return bad
 
 
-def test_sequence_level_distillation_data(raw_corpus, tmp_path):
+@pytest.fixture(scope="module")
+def baseline_work(raw_corpus, tmp_path_factory):
+    """A work dir with the steps prepare and baseline done (TINY, one thread), for the tests that go on from there
+    to copy."""
+    work = tmp_path_factory.mktemp("baseline_work") / "work"
+    recipe(raw_corpus, work, ["--steps", "prepare,baseline", "--threads", "1"])
+    return work
+
+
+def copy_of(work, tmp_path):
+    return shutil.copytree(work, tmp_path / "work", symlinks=True)
+
+
+def test_sequence_level_distillation_data(raw_corpus, baseline_work, tmp_path):
     """distill_data: the baseline's beam-5 translations of every training sentence, decoded in shards (an
     interrupted run keeps the shards done), binarised with the data-bin's dictionaries; --seq-kd fine-tunes on it."""
-    work = tmp_path / "work"
-    recipe(raw_corpus, work, ["--steps", "prepare,baseline", "--threads", "1"])
+    work = copy_of(baseline_work, tmp_path)
     recipe(raw_corpus, work, ["--steps", "distill_data,control", "--seq-kd", "--seq-kd-shards", "3", "--threads", "1"])
     sources = (work / "seqkd" / "train.en").read_text().splitlines()
     assert sources == (work / "tok" / "train.bpe.en").read_text().splitlines()  # every sentence, in order
@@ -77,10 +97,9 @@ def test_sequence_level_distillation_data(raw_corpus, tmp_path):
     (lambda d: (d / "valid.de").unlink(), "missing corpus file"),
     (lambda d: (d / "test.de").write_text("one line\n"), "not aligned"),
 ])
-def test_recipe_refuses_bad_corpus_before_work(raw_corpus, tmp_path, edit, message):
+def test_recipe_refuses_bad_corpus_before_work(raw_corpus, tmp_path, edit, message, capsys):
     bad = _corrupt(raw_corpus, tmp_path, edit)
-    proc = recipe(bad, tmp_path / "work", check=False)
-    assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+    assert message in recipe_refusal(bad, tmp_path / "work", [], capsys)
     assert not (tmp_path / "work" / "tok").exists()
 
 
@@ -93,11 +112,12 @@ def test_recipe_refuses_unknown_language_code(raw_corpus, tmp_path):
     assert proc.returncode != 0 and "no Moses tokeniser rules for language code 'qq'" in proc.stderr
 
 
-def test_recipe_refuses_data_bin_without_dictionaries(tmp_path):
+def test_recipe_refuses_data_bin_without_dictionaries(tmp_path, capsys):
+    from fairseq_sparse.recipe.main import main
+
     (tmp_path / "bin").mkdir()
-    proc = run(RECIPE + ["--data-bin", str(tmp_path / "bin"), "-s", "en", "-t", "de", "--work-dir",
-                         str(tmp_path / "w")], check=False)
-    assert proc.returncode != 0 and "lacks dict.en.txt" in proc.stderr
+    argv = ["--data-bin", str(tmp_path / "bin"), "-s", "en", "-t", "de", "--work-dir", str(tmp_path / "w")]
+    assert "lacks dict.en.txt" in refused_in_process(main, argv, capsys, status=None)
 
 
 def test_corpus_score_bleu_and_rouge():
@@ -115,11 +135,12 @@ def test_corpus_score_bleu_and_rouge():
     assert r["rouge1"] == pytest.approx(100 * (1 + (2 * 1.0 * 0.75) / (1.0 + 0.75)) / 2, abs=0.01)
 
 
-def test_results_follow_the_checkpoint_that_produced_them(raw_corpus, tmp_path):
+def test_results_follow_the_checkpoint_that_produced_them(raw_corpus, baseline_work, tmp_path):
     """A re-run with a larger --finetune-updates trains the control on; its score and hypotheses are decoded
     again from the new checkpoint, not taken from the cache of the old one (issue 22)."""
-    work = tmp_path / "work"
-    recipe(raw_corpus, work, ["--steps", "prepare,baseline,control,report", "--threads", "1"])
+    work = copy_of(baseline_work, tmp_path)
+    assert "baseline: done already" in recipe(raw_corpus, work, ["--steps", "prepare,baseline,control,report",
+                                                                 "--threads", "1"]).stdout
     first = json.loads((work / "results" / "control.json").read_text())["produced_by"]
     assert first["checkpoints"]["control/checkpoint_last.pt"]["updates"] == 20
     proc = run(SHIM + ["--corpus", str(raw_corpus), "-s", "en", "-t", "de", "--work-dir", str(work)] + TINY
@@ -144,18 +165,19 @@ def test_results_follow_the_checkpoint_that_produced_them(raw_corpus, tmp_path):
     (["--layers", "1", "--steps", "composed"], "step composed gates the states between encoder layers"),
     (["--gold-alignments", "/nonexistent/test.align"], "no such file"),
 ])
-def test_recipe_refuses_bad_options_before_work(raw_corpus, tmp_path, extra, message):
-    proc = recipe(raw_corpus, tmp_path / "work", extra, check=False)
-    assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+def test_recipe_refuses_bad_options_before_work(raw_corpus, tmp_path, extra, message, capsys):
+    assert message in recipe_refusal(raw_corpus, tmp_path / "work", extra, capsys)
     assert not (tmp_path / "work").exists()
 
 
-def test_pattern_pos_from_a_data_bin_needs_tags(tmp_path):
+def test_pattern_pos_from_a_data_bin_needs_tags(tmp_path, capsys):
     """The POS pattern tags the prepared source text; from a data-bin the recipe asks for the tags files."""
+    from fairseq_sparse.recipe.main import main
+
     (tmp_path / "bin").mkdir()
-    proc = run(RECIPE + ["--data-bin", str(tmp_path / "bin"), "-s", "en", "-t", "de", "--work-dir",
-                         str(tmp_path / "work"), "--steps", "pattern_pos"], check=False)
-    assert proc.returncode != 0 and f"write {tmp_path / 'work'}/tags/train.tags" in proc.stderr, proc.stderr
+    argv = ["--data-bin", str(tmp_path / "bin"), "-s", "en", "-t", "de", "--work-dir", str(tmp_path / "work"),
+            "--steps", "pattern_pos"]
+    assert f"write {tmp_path / 'work'}/tags/train.tags" in refused_in_process(main, argv, capsys, status=None)
     assert not (tmp_path / "work").exists()
 
 
