@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from .hard_concrete import HardConcrete
-from .sparsity import SparsityCount, SparsityModule, SparsityTerm
+from .sparsity import SparsityCount, SparsityModule, SparsityTerm, mark_input_weight
 
 DROPPED_AS_CHOICES = ("zero", "mask")
 
@@ -47,6 +47,7 @@ class L0Drop(SparsityModule):
         super().__init__()
         self.hard_concrete = hard_concrete
         self.log_alpha_proj = nn.Linear(embed_dim, 1)
+        mark_input_weight(self.log_alpha_proj.weight)
         self.init_bias = init_bias
         self.name = name
         self.penalty_scale = penalty_scale

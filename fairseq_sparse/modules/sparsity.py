@@ -99,6 +99,19 @@ def is_sparsity_control(param) -> bool:
     return bool(getattr(param, SPARSITY_CONTROL, False))
 
 
+#: the attribute that marks an input-dependent gate weight (L0Drop's w): its Adam step moves log alpha by up to
+#: lr times ||x||_1, so ``--l0drop-weight-lr`` may give it a rate of its own
+INPUT_WEIGHT = "gate_input_weight"
+
+
+def mark_input_weight(param):
+    setattr(param, INPUT_WEIGHT, True)
+
+
+def is_input_weight(param) -> bool:
+    return bool(getattr(param, INPUT_WEIGHT, False))
+
+
 def collect_sparsity_terms(model: nn.Module) -> List[SparsityTerm]:
     """All terms recorded by the sparsity modules inside ``model`` since the last collection."""
     terms = []

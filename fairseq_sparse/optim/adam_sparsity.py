@@ -8,7 +8,9 @@ Two torch param groups, always in this order:
 0. every other parameter: ``--lr`` as the lr scheduler sets it, ``--weight-decay``;
 1. the sparsity-control parameters: ``--sparsity-lr``, fixed (the lr scheduler leaves it alone), and
    no weight decay (decay would pull log alpha to 0, i.e. towards half-open gates, and the multipliers
-   to 0).
+   to 0);
+2. only with ``--l0drop-weight-lr``: L0Drop's input weights w, at that rate, fixed, no weight decay (they
+   leave group 1).
 
 Why a fixed learning rate: Adam moves a parameter by about its lr per update whatever the gradient's
 size, so a gate starting at log alpha a needs about (a + 2.4) / lr updates to close (g_hat = 0 below
@@ -24,17 +26,20 @@ buffer unless ``--fp16-no-flatten-grads``), which loses the groups: refused here
 import logging
 import math
 from dataclasses import dataclass, field
+from typing import Optional
 
 from fairseq.optim import register_optimizer
 from fairseq.optim.adam import FairseqAdam, FairseqAdamConfig
 from omegaconf import II
 
-from ..modules.sparsity import is_sparsity_control
+from ..modules.sparsity import is_input_weight, is_sparsity_control
 
 logger = logging.getLogger(__name__)
 
 #: the flag that names the sparsity-control param group (saved with the optimiser state)
 GROUP_FLAG = "sparsity_control"
+#: the flag of the optional third group: input-dependent gate weights (L0Drop's w) at --l0drop-weight-lr
+INPUT_WEIGHT_FLAG = "gate_input_weight"
 DEFAULT_SPARSITY_LR = 0.05
 
 
@@ -46,6 +51,11 @@ class FairseqAdamSparsityConfig(FairseqAdamConfig):
                 "decay. Adam moves a gate's log alpha by about this much per update, so a gate starting "
                 "fully open (log alpha 3) needs about (3 + 2.4) / lr updates to close; CoFi (Xia, Zhong & "
                 "Chen 2022) uses 0.01-0.1"})
+    l0drop_weight_lr: Optional[float] = field(default=None, metadata={
+        "help": "learning rate of L0Drop's input weights w (log alpha_i = x_i . w + b), fixed, no weight decay; "
+                "default: --sparsity-lr. Adam moves each of w's d weights by about this much per update, so a "
+                "state's log alpha can move by up to this times ||x_i||_1 (about 0.8 d times it for "
+                "layer-normalised states), where b moves by --sparsity-lr. Given, w gets a param group of its own"})
     fp16: bool = II("common.fp16")
     bf16: bool = II("common.bf16")
     memory_efficient_fp16: bool = II("common.memory_efficient_fp16")
@@ -55,9 +65,9 @@ class FairseqAdamSparsityConfig(FairseqAdamConfig):
 
 def check_config(cfg):
     """Refuse settings under which the groups cannot work, with a message that says what to use instead."""
-    lr = cfg.sparsity_lr
-    if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
-        raise ValueError(f"--sparsity-lr must be a finite number > 0, got {lr}")
+    for option, lr in (("--sparsity-lr", cfg.sparsity_lr), ("--l0drop-weight-lr", getattr(cfg, "l0drop_weight_lr", None))):
+        if lr is not None and not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
+            raise ValueError(f"{option} must be a finite number > 0, got {lr}")
     if (getattr(cfg, "fp16", False) or getattr(cfg, "bf16", False)) and not (
             getattr(cfg, "memory_efficient_fp16", False) or getattr(cfg, "memory_efficient_bf16", False)):
         raise ValueError(
@@ -86,16 +96,23 @@ class FairseqAdamSparsity(FairseqAdam):
             logger.warning("--optimizer adam_sparsity: the model and criterion have no sparsity-control "
                            "parameters (gates, multipliers); --sparsity-lr has no effect")
         groups = [{"params": main}, {"params": control, GROUP_FLAG: True}]
+        if cfg.l0drop_weight_lr is not None:
+            groups[1]["params"] = [p for p in control if not is_input_weight(p)]
+            groups.append({"params": [p for p in control if is_input_weight(p)], GROUP_FLAG: True,
+                           INPUT_WEIGHT_FLAG: True})
         super().__init__(cfg, groups)
         self._fix_control_group()
-        logger.info(f"adam_sparsity: {sum(p.numel() for p in main):,} parameters at the scheduled --lr "
-                    f"(weight decay {cfg.weight_decay}); {sum(p.numel() for p in control):,} sparsity-control "
-                    f"parameters in {len(control)} tensors at --sparsity-lr {cfg.sparsity_lr} (fixed, no weight decay)")
+        def size(group):
+            return f"{sum(p.numel() for p in group['params']):,} parameters in {len(group['params'])} tensors"
+        weights = f"; {size(groups[2])} (L0Drop's w) at --l0drop-weight-lr {cfg.l0drop_weight_lr}" if len(groups) > 2 else ""
+        logger.info(f"adam_sparsity: {size(groups[0])} at the scheduled --lr (weight decay {cfg.weight_decay}); "
+                    f"sparsity control, fixed rates, no weight decay: {size(groups[1])} at --sparsity-lr "
+                    f"{cfg.sparsity_lr}{weights}")
 
     def _fix_control_group(self):
         for group in self.param_groups:
             if group.get(GROUP_FLAG, False):
-                group["lr"] = self.cfg.sparsity_lr
+                group["lr"] = self.cfg.l0drop_weight_lr if group.get(INPUT_WEIGHT_FLAG) else self.cfg.sparsity_lr
                 group["weight_decay"] = 0.0
 
     def get_lr(self):

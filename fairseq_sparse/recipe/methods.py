@@ -60,11 +60,12 @@ def target_flags(option: str, target: float, a) -> List[str]:
 def l0drop_flags(a) -> List[str]:
     """L0Drop's pressure: a fixed penalty weight (--l0drop-lambda; the paper's protocol, Zhang, Titov & Sennrich
     2021 Sec. 6: lambda 0.3, the sparsity whatever it reaches) or else a target sparsity; what a dropped state is
-    (--l0drop-dropped-as) and the gates' initial bias (--l0drop-init-bias), each only where it is not the model's
-    default."""
+    (--l0drop-dropped-as), the gates' initial bias (--l0drop-init-bias) and temperature (--l0drop-beta), each only
+    where it is not the model's default."""
     flags = [] if a.l0drop_dropped_as == "zero" else ["--l0drop-dropped-as", a.l0drop_dropped_as]
-    if a.l0drop_init_bias is not None:
-        flags += ["--l0drop-init-bias", str(a.l0drop_init_bias)]
+    for option in ("init_bias", "beta"):
+        if getattr(a, f"l0drop_{option}") is not None:
+            flags += [f"--l0drop-{option.replace('_', '-')}", str(getattr(a, f"l0drop_{option}"))]
     pressure = (["--l0drop-lambda", str(a.l0drop_lambda)] if a.l0drop_lambda
                 else target_flags("--l0drop-target-sparsity", a.l0drop_target, a))
     return flags + pressure

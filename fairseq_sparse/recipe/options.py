@@ -116,6 +116,8 @@ def _model_and_budget(p):
                         "docs/quality.md: head gates in all three types came within 0.5 BLEU of their control on "
                         "DDTP en-de, mean of two seeds, from 1,400 updates on, -0.38 at 2,000; 600: a quick look)")
     g.add_argument("--sparsity-lr", type=float, default=0.05, help="adam_sparsity's rate for gates and multipliers")
+    g.add_argument("--l0drop-weight-lr", type=float, default=None,
+                   help="adam_sparsity's rate for L0Drop's input weights w (--l0drop-weight-lr); default: --sparsity-lr")
     g.add_argument("--target-warmup-updates", type=int, default=200,
                    help="updates over which a sparsity target rises from 0 (--sparsity-target-warmup-updates)")
     g.add_argument("--beam", type=int, default=5)
@@ -133,6 +135,9 @@ def _methods(p):
     g.add_argument("--l0drop-init-bias", type=float, default=None, metavar="B",
                    help="initial bias b of the gates' log alpha = x.w + b (w starts at 0); the model's default, 3.0, "
                         "starts every gate fully open; 0 starts them half open, as the paper's reference code does")
+    g.add_argument("--l0drop-beta", type=float, default=None, metavar="BETA",
+                   help="temperature of the gates' HardConcrete in training (the model's default, 2/3, is the paper's; "
+                        "lower samples gates closer to 0 or 1)")
     g.add_argument("--l0drop-dropped-as", choices=DROPPED_AS_CHOICES, default="zero",
                    help="what a dropped source state is to the decoder, in training and decoding alike: a zero "
                         "vector it still attends to (Algorithm 1's counted dummy) or removed from its attention")
@@ -285,8 +290,8 @@ def _check_ranges(a):
     for name in ("bpe_merges", "warmup_updates", "target_warmup_updates", "threads", "baseline_patience"):
         if getattr(a, name) < 0:
             return f"--{name.replace('_', '-')} must not be negative"
-    for name in ("lr", "finetune_lr", "sparsity_lr", "attention_reg_lambda"):
-        if not (math.isfinite(getattr(a, name)) and getattr(a, name) > 0):
+    for name in ("lr", "finetune_lr", "sparsity_lr", "l0drop_weight_lr", "attention_reg_lambda"):
+        if getattr(a, name) is not None and not (math.isfinite(getattr(a, name)) and getattr(a, name) > 0):
             return f"--{name.replace('_', '-')} must be a positive number"
     heads_target = _heads_target_problem(a.heads_target)
     if heads_target:
@@ -296,6 +301,8 @@ def _check_ranges(a):
             return f"--{name.replace('_', '-')} must lie in [0, 1)"
     if a.l0drop_init_bias is not None and not math.isfinite(a.l0drop_init_bias):
         return "--l0drop-init-bias must be a finite number"
+    if a.l0drop_beta is not None and not (math.isfinite(a.l0drop_beta) and a.l0drop_beta > 0):
+        return "--l0drop-beta must be a positive number"
     if not (math.isfinite(a.l0drop_lambda) and a.l0drop_lambda >= 0):
         return "--l0drop-lambda must be a number, at least 0"
     if not 0 <= a.distill_weight <= 1:  # NaN fails too

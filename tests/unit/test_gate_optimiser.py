@@ -26,7 +26,8 @@ def adam_cfg(**overrides):
     """The optimiser's config as fairseq resolves it (interpolations filled in)."""
     cfg = dict(_name="adam_sparsity", adam_betas="(0.9, 0.999)", adam_eps=1e-8, weight_decay=WD, use_old_adam=False,
                fp16_adam_stats=False, tpu=False, lr=[LR], sparsity_lr=SPARSITY_LR, fp16=False, bf16=False,
-               memory_efficient_fp16=False, memory_efficient_bf16=False, ddp_backend="pytorch_ddp")
+               memory_efficient_fp16=False, memory_efficient_bf16=False, ddp_backend="pytorch_ddp",
+               l0drop_weight_lr=None)
     cfg.update(overrides)
     return OmegaConf.create(cfg)
 
@@ -90,6 +91,30 @@ def test_groups_own_lr_no_weight_decay():
     for p in toy.parameters():
         lr = SPARSITY_LR if getattr(p, "sparsity_control", False) else LR
         assert torch.allclose(before[id(p)] - p.detach(), torch.full_like(p, lr), rtol=1e-4)
+
+
+def test_l0drop_weight_lr_gives_w_a_group_of_its_own():
+    """--l0drop-weight-lr: L0Drop's w (and only w) leaves the control group for a third one at that rate, which
+    the lr scheduler leaves alone and which keeps no weight decay; a state dict of two groups is refused."""
+    toy = Toy()
+    two_groups = FairseqAdamSparsity(adam_cfg(), list(toy.parameters())).state_dict()
+    opt = FairseqAdamSparsity(adam_cfg(l0drop_weight_lr=1e-4), list(toy.parameters()))
+    main, control, weights = opt.param_groups
+    assert by_id(weights["params"]) == [id(toy.l0drop.log_alpha_proj.weight)]
+    assert set(by_id(control["params"])) == set(by_id(toy.gates())) - {id(toy.l0drop.log_alpha_proj.weight)}
+    opt.set_lr(0.123)
+    assert (main["lr"], control["lr"], weights["lr"], weights["weight_decay"]) == (0.123, SPARSITY_LR, 1e-4, 0.0)
+    before = {id(p): p.detach().clone() for p in toy.parameters()}
+    for p in toy.parameters():
+        p.grad = torch.ones_like(p)
+    opt.step()
+    moved = {id(p): (before[id(p)] - p.detach()).abs().max().item() for p in toy.parameters()}
+    assert moved[id(toy.l0drop.log_alpha_proj.weight)] == pytest.approx(1e-4, rel=1e-3)
+    assert moved[id(toy.l0drop.log_alpha_proj.bias)] == pytest.approx(SPARSITY_LR, rel=1e-3)
+    with pytest.raises(ValueError, match="--reset-optimizer"):
+        opt.load_state_dict(two_groups)
+    with pytest.raises(ValueError, match="--l0drop-weight-lr must be a finite number > 0, got -1"):
+        FairseqAdamSparsity(adam_cfg(l0drop_weight_lr=-1.0), list(toy.parameters()))
 
 
 def test_lr_scheduler_leaves_the_sparsity_lr_alone():

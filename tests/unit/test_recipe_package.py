@@ -70,18 +70,27 @@ def test_dropped_states_masked_reach_every_l0drop_model():
     assert "--l0drop-dropped-as" not in commands.finetune(options(), "bin", methods.BY_NAME["l0drop"])
 
 
-def test_the_gates_initial_bias_reaches_the_l0drop_models_only_when_asked():
-    cmd = commands.finetune(options("--l0drop-init-bias", "0", "--l0drop-lambda", "0.3"), "bin", methods.BY_NAME["l0drop"])
+def test_the_gates_bias_temperature_and_weight_rate_reach_the_fine_tunings_only_when_asked():
+    cmd = commands.finetune(options("--l0drop-init-bias", "0", "--l0drop-lambda", "0.3", "--l0drop-beta", "0.33",
+                                    "--l0drop-weight-lr", "0.005"), "bin", methods.BY_NAME["l0drop"])
     assert cmd[cmd.index("--l0drop-init-bias") + 1] == "0.0" and cmd[cmd.index("--l0drop-lambda") + 1] == "0.3"
-    assert "--l0drop-init-bias" not in commands.finetune(options(), "bin", methods.BY_NAME["l0drop"])
+    assert cmd[cmd.index("--l0drop-beta") + 1] == "0.33" and cmd[cmd.index("--l0drop-weight-lr") + 1] == "0.005"
+    default = commands.finetune(options(), "bin", methods.BY_NAME["l0drop"])
+    assert not {"--l0drop-init-bias", "--l0drop-beta", "--l0drop-weight-lr"} & set(default)
 
 
-def test_a_bad_l0drop_init_bias_is_refused(capsys):
+@pytest.mark.parametrize("argv, message", [
+    (["--l0drop-init-bias", "nan"], "--l0drop-init-bias must be a finite number"),
+    (["--l0drop-beta", "0"], "--l0drop-beta must be a positive number"),
+    (["--l0drop-beta", "nan"], "--l0drop-beta must be a positive number"),
+    (["--l0drop-weight-lr", "-1"], "--l0drop-weight-lr must be a positive number"),
+])
+def test_a_bad_l0drop_gate_option_is_refused(argv, message, capsys):
     from fairseq_sparse.recipe.options import parse_args
 
     with pytest.raises(SystemExit):
-        parse_args(["--corpus", "c", "-s", "en", "-t", "de", "--work-dir", "w", "--l0drop-init-bias", "nan"])
-    assert "--l0drop-init-bias must be a finite number" in capsys.readouterr().err
+        parse_args(["--corpus", "c", "-s", "en", "-t", "de", "--work-dir", "w"] + argv)
+    assert message in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("value", ["-0.1", "nan", "inf"])
