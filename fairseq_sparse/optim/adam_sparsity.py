@@ -96,7 +96,7 @@ class FairseqAdamSparsity(FairseqAdam):
             logger.warning("--optimizer adam_sparsity: the model and criterion have no sparsity-control "
                            "parameters (gates, multipliers); --sparsity-lr has no effect")
         groups = [{"params": main}, {"params": control, GROUP_FLAG: True}]
-        if cfg.l0drop_weight_lr is not None:
+        if getattr(cfg, "l0drop_weight_lr", None) is not None:
             groups[1]["params"] = [p for p in control if not is_input_weight(p)]
             groups.append({"params": [p for p in control if is_input_weight(p)], GROUP_FLAG: True,
                            INPUT_WEIGHT_FLAG: True})
