@@ -486,9 +486,16 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
             shares[key] = straight_through(closed, exp, units)
             if key not in self._warned_closed and float(closed) >= ALL_CLOSED * float(units):
                 self._warned_closed.add(key)
+                target = (self.controller.target(key, updates)
+                          if self.controller is not None and key in self.controller.targets else None)
+                advice = ("Lower the target sparsity or lambda if this is not what you want." if target is None
+                          or target >= ALL_CLOSED else
+                          f"The target is {target:.2f} now: the controller overshot, as it does when the gates "
+                          "cannot follow while the model is still learning (a target from scratch closed every "
+                          "L0Drop gate at once, docs/quality.md); fine-tune from a trained model "
+                          "(--finetune-from-model), or from scratch ramp a fixed lambda (--sparsity-warmup-updates).")
                 logger.warning("!!! %s: %d of %d gated units are closed (g_hat = 0): the model has (nearly) nothing "
-                               "left there. Lower the target sparsity or lambda if this is not what you want.",
-                               key, int(closed), int(units))
+                               "left there. %s", key, int(closed), int(units), advice)
         if self.controller is None or not training:
             return 0.0
         self.warn_if_lagging(shares, updates)

@@ -197,6 +197,32 @@ def test_lagging_sparsity_reported_once(caplog):
     assert "adam_sparsity" in messages[0]
 
 
+def test_all_closed_warning_says_when_the_controller_overshot(caplog):
+    """(Nearly) every gate closed: once per key; where a target asks for less, the warning says the controller
+    overshot and how to start instead (a target from scratch did this, docs/quality.md); under a fixed lambda it
+    says to lower it."""
+    from fairseq_sparse.modules.sparsity import SparsityCount, SparsityTerm
+
+    def terms(closed):
+        return [SparsityTerm(group="l0drop", penalty=None, stats={},
+                             sparsity={"l0drop": SparsityCount(torch.tensor(float(closed)), torch.tensor(closed), 100)})]
+
+    c = criterion(l0drop_target_sparsity=0.5, sparsity_target_warmup_updates=1000)
+    with caplog.at_level("WARNING"):
+        c.control_sparsity(terms(50), 500, True, {})
+        assert not caplog.records
+        c.control_sparsity(terms(100), 500, True, {})
+        c.control_sparsity(terms(100), 600, True, {})
+    messages = [r.getMessage() for r in caplog.records if "gated units are closed" in r.getMessage()]
+    assert len(messages) == 1 and "l0drop: 100 of 100" in messages[0]
+    assert "The target is 0.25 now: the controller overshot" in messages[0] and "--finetune-from-model" in messages[0]
+    caplog.clear()
+    fixed = criterion(l0drop_lambda=0.3)
+    with caplog.at_level("WARNING"):
+        fixed.control_sparsity(terms(100), 500, True, {})
+    assert "Lower the target sparsity or lambda" in caplog.records[-1].getMessage()
+
+
 def test_target_for_missing_module_refused():
     model = torch.nn.Sequential(HeadGates(4, HardConcrete(), "enc"))
     with pytest.raises(SparsityConfigError, match="l0drop"):
