@@ -222,8 +222,9 @@ def paired_test_of(a, control, row):
 
 
 def same_hypotheses(x, y):
-    """Whether two decodings gave the same hypotheses, and the largest score difference."""
-    same = [h for h, _ in x["hypotheses"]] == [h for h, _ in y["hypotheses"]]
+    """Whether two decodings gave the same hypotheses, the test sentences (0-based, in id order) where they differ,
+    and the largest score difference."""
+    differ = [i for i, ((h, _), (g, _)) in enumerate(zip(x["hypotheses"], y["hypotheses"])) if h != g]
     diff = max((abs(s - t) for (_, s), (_, t) in zip(x["hypotheses"], y["hypotheses"])
                 if s is not None and t is not None), default=0.0)
-    return {"identical": same, "sentences": len(x["hypotheses"]), "max_score_difference": diff}
+    return {"identical": not differ, "sentences": len(x["hypotheses"]), "differ": differ, "max_score_difference": diff}

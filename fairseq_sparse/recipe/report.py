@@ -150,8 +150,17 @@ def exactness_lines(results):
         e = results.get(f"{name}_exact")
         if e is None:
             continue
-        same = (f"{'identical' if e['identical'] else 'DIFFERENT'} hypotheses on all {e['sentences']} test sentences "
-                f"(largest score difference {e['max_score_difference']:.1e})")
+        differ = e.get("differ")
+        if e["identical"]:
+            same = f"identical hypotheses on all {e['sentences']} test sentences"
+        elif differ is None:  # results of an earlier version: no count
+            same = f"DIFFERENT hypotheses on some of the {e['sentences']} test sentences"
+        else:
+            same = (f"DIFFERENT hypotheses on {len(differ)} of {e['sentences']} test sentences (line "
+                    f"{', '.join(str(i + 1) for i in differ[:5])}{', ...' if len(differ) > 5 else ''} of the test "
+                    f"set; pruned decoding is exact in arithmetic, not bit for bit: a beam-search tie within float "
+                    f"rounding can go the other way, docs/l0drop.md)")
+        same += f" (largest score difference {e['max_score_difference']:.1e})"
         rates = results.get(f"{name}_layer_sparsity")
         if rates is None:
             lines.append(f"- {BY_NAME[name].summary.split(' (')[0]}: pruned decoding against the full memory: {same}.")

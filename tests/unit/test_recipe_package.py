@@ -228,6 +228,21 @@ def test_report_is_a_function_of_results_json_alone(tmp_path, monkeypatch):
     assert "| heads_all | 300 | 11.80 | 12.00 | -0.20 | 0.300 |  | 50.0% |" in lines
 
 
+def test_exactness_counts_the_sentences_that_differ():
+    """One flipped beam-search tie is reported as one sentence, by its line, not as the whole test set."""
+    from fairseq_sparse.recipe.evaluation import same_hypotheses
+    from fairseq_sparse.recipe.report import exactness_lines
+
+    pruned = {"hypotheses": [["a b", -1.0], ["c d", -2.0], ["e", -0.5]]}
+    full = {"hypotheses": [["a b", -1.0000005], ["c x", -2.15], ["e", -0.5]]}
+    e = same_hypotheses(pruned, full)
+    assert e == {"identical": False, "sentences": 3, "differ": [1], "max_score_difference": pytest.approx(0.15)}
+    results = dict(_results(), l0drop_exact=e)
+    line = next(l for l in exactness_lines(results) if "pruned decoding against the full memory" in l)
+    assert "DIFFERENT hypotheses on 1 of 3 test sentences (line 2 of the test set;" in line
+    assert same_hypotheses(pruned, pruned)["identical"] and same_hypotheses(pruned, pruned)["differ"] == []
+
+
 def _definitions(tree):
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
