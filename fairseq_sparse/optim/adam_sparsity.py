@@ -32,14 +32,12 @@ from fairseq.optim import register_optimizer
 from fairseq.optim.adam import FairseqAdam, FairseqAdamConfig
 from omegaconf import II
 
-from ..modules.sparsity import is_input_weight, is_sparsity_control
+from ..modules.sparsity import INPUT_WEIGHT, is_input_weight, is_sparsity_control
 
 logger = logging.getLogger(__name__)
 
 #: the flag that names the sparsity-control param group (saved with the optimiser state)
 GROUP_FLAG = "sparsity_control"
-#: the flag of the optional third group: input-dependent gate weights (L0Drop's w) at --l0drop-weight-lr
-INPUT_WEIGHT_FLAG = "gate_input_weight"
 DEFAULT_SPARSITY_LR = 0.05
 
 
@@ -97,9 +95,12 @@ class FairseqAdamSparsity(FairseqAdam):
                            "parameters (gates, multipliers); --sparsity-lr has no effect")
         groups = [{"params": main}, {"params": control, GROUP_FLAG: True}]
         if getattr(cfg, "l0drop_weight_lr", None) is not None:
+            weights = [p for p in control if is_input_weight(p)]
+            if not weights:
+                raise ValueError("--l0drop-weight-lr: the model has no L0Drop gates (no input weights w to give "
+                                 "that rate); leave the option out")
             groups[1]["params"] = [p for p in control if not is_input_weight(p)]
-            groups.append({"params": [p for p in control if is_input_weight(p)], GROUP_FLAG: True,
-                           INPUT_WEIGHT_FLAG: True})
+            groups.append({"params": weights, GROUP_FLAG: True, INPUT_WEIGHT: True})
         super().__init__(cfg, groups)
         self._fix_control_group()
         def size(group):
@@ -112,7 +113,7 @@ class FairseqAdamSparsity(FairseqAdam):
     def _fix_control_group(self):
         for group in self.param_groups:
             if group.get(GROUP_FLAG, False):
-                group["lr"] = self.cfg.l0drop_weight_lr if group.get(INPUT_WEIGHT_FLAG) else self.cfg.sparsity_lr
+                group["lr"] = self.cfg.l0drop_weight_lr if group.get(INPUT_WEIGHT) else self.cfg.sparsity_lr
                 group["weight_decay"] = 0.0
 
     def get_lr(self):

@@ -105,7 +105,6 @@ def finetune(a, data, m: Method, resume=False):
             + ["--criterion", "label_smoothed_cross_entropy_with_sparsity", "--label-smoothing", "0.1",
                "--optimizer", "adam_sparsity", "--sparsity-lr", str(a.sparsity_lr), "--adam-betas", "(0.9, 0.98)",
                "--lr", str(a.finetune_lr), "--lr-scheduler", "fixed", "--max-update", str(updates_of(m, a))]
-            + ([] if a.l0drop_weight_lr is None else ["--l0drop-weight-lr", str(a.l0drop_weight_lr)])
             + start + ["--save-dir", m.name, "--save-interval-updates", str(save_every), "--keep-interval-updates", "-1"]
             + common_train_flags(a, every) + distill_flags(a) + m.flags(a))
 

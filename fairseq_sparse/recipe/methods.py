@@ -60,10 +60,10 @@ def target_flags(option: str, target: float, a) -> List[str]:
 def l0drop_flags(a) -> List[str]:
     """L0Drop's pressure: a fixed penalty weight (--l0drop-lambda; the paper's protocol, Zhang, Titov & Sennrich
     2021 Sec. 6: lambda 0.3, the sparsity whatever it reaches) or else a target sparsity; what a dropped state is
-    (--l0drop-dropped-as), the gates' initial bias (--l0drop-init-bias) and temperature (--l0drop-beta), each only
-    where it is not the model's default."""
+    (--l0drop-dropped-as), the gates' initial bias (--l0drop-init-bias), temperature (--l0drop-beta) and w's rate
+    (--l0drop-weight-lr), each only where it is not the default."""
     flags = [] if a.l0drop_dropped_as == "zero" else ["--l0drop-dropped-as", a.l0drop_dropped_as]
-    for option in ("init_bias", "beta"):
+    for option in ("init_bias", "beta", "weight_lr"):  # the last is adam_sparsity's, for L0Drop's w
         if getattr(a, f"l0drop_{option}") is not None:
             flags += [f"--l0drop-{option.replace('_', '-')}", str(getattr(a, f"l0drop_{option}"))]
     pressure = (["--l0drop-lambda", str(a.l0drop_lambda)] if a.l0drop_lambda

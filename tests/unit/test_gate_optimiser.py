@@ -115,6 +115,8 @@ def test_l0drop_weight_lr_gives_w_a_group_of_its_own():
         opt.load_state_dict(two_groups)
     with pytest.raises(ValueError, match="--l0drop-weight-lr must be a finite number > 0, got -1"):
         FairseqAdamSparsity(adam_cfg(l0drop_weight_lr=-1.0), list(toy.parameters()))
+    with pytest.raises(ValueError, match="--l0drop-weight-lr: the model has no L0Drop gates"):
+        FairseqAdamSparsity(adam_cfg(l0drop_weight_lr=1e-4), list(toy.proj.parameters()) + [toy.heads.log_alpha])
 
 
 def test_lr_scheduler_leaves_the_sparsity_lr_alone():

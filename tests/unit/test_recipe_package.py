@@ -75,6 +75,8 @@ def test_the_gates_bias_temperature_and_weight_rate_reach_the_fine_tunings_only_
                                     "--l0drop-weight-lr", "0.005"), "bin", methods.BY_NAME["l0drop"])
     assert cmd[cmd.index("--l0drop-init-bias") + 1] == "0.0" and cmd[cmd.index("--l0drop-lambda") + 1] == "0.3"
     assert cmd[cmd.index("--l0drop-beta") + 1] == "0.33" and cmd[cmd.index("--l0drop-weight-lr") + 1] == "0.005"
+    control = commands.finetune(options("--l0drop-weight-lr", "0.005"), "bin", methods.BY_NAME["control"])
+    assert "--l0drop-weight-lr" not in control  # adam_sparsity refuses it for a model without L0Drop
     default = commands.finetune(options(), "bin", methods.BY_NAME["l0drop"])
     assert not {"--l0drop-init-bias", "--l0drop-beta", "--l0drop-weight-lr"} & set(default)
 
