@@ -9,6 +9,7 @@ Here the tests that train or run console scripts; the pure ones are in tests/uni
 import hashlib
 import json
 import os
+import re
 import shutil
 
 import pytest
@@ -28,6 +29,8 @@ GATED = ["--arch", "transformer_l0drop", "--head-gates", "enc,dec,encdec",
          "--criterion", "label_smoothed_cross_entropy_with_sparsity", "--label-smoothing", "0.1",
          "--l0drop-lambda", "0.3", "--head-gates-lambda", "0.05"]
 ADAM_SPARSITY = ["--optimizer", "adam_sparsity", "--sparsity-lr", str(SPARSITY_LR), "--weight-decay", str(WD)]
+#: adam_sparsity's log line of a non-empty gate group (the CUDA tests look for it too)
+GATE_GROUP_LOG = re.compile(r"sparsity control, [^:]*: [1-9][\d,]* parameters in [1-9]\d* tensors at --sparsity-lr ")
 N_CONTROL = 2 + 6  # L0Drop's w and b, one log alpha per gated attention module (2 layers x 3 types)
 
 
@@ -81,6 +84,7 @@ def trained(corpus, tmp_path_factory):
     save = tmp_path_factory.mktemp("adam_sparsity")
     proc = train(corpus["bin"], save, ADAM_SPARSITY, max_update=8)
     assert "parameters in 8 tensors at --sparsity-lr 0.05" in proc.log, proc.log[-3000:]
+    assert GATE_GROUP_LOG.search(proc.log)
     return save / "checkpoint_last.pt"
 
 
