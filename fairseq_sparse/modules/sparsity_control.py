@@ -5,7 +5,16 @@ For each controlled quantity k (e.g. ``l0drop``: the share of source states prun
 
     lambda_1 (s_k - t_k) + lambda_2 (s_k - t_k)^2                       (Xia, Zhong & Chen 2022, CoFi)
 
-where s_k is the sparsity of the controlled units and t_k the target at this update. What the user
+where s_k is the sparsity of the controlled units and t_k the target at this update. CoFi's gates read
+no input, so s_k is the same on every batch; L0Drop's read the source, and s_k is a batch's share, which
+varies from batch to batch (by about 0.35 on a corpus of short descriptions and long documents,
+docs/quality.md). Ascent on (s_k - t_k)^2 would then grow lambda_2 without end, on target too, and with it
+the term 2 lambda_2 (s_k - t_k) in each batch's gradient, into noise that swamps the task's. So lambda_2
+ascends on (s_k - t_k)(m_k - t_k) instead, m_k the running mean of the earlier batches' s_k
+(``MEAN_DECAY``): independent of this batch, so its expectation is (E s_k - t_k)(m_k - t_k), about
+(m_k - t_k)^2, which vanishes on target. The model's gradient and the loss's value are CoFi's. Where s_k
+does not vary from batch to batch, the two signals differ only by the lag of m_k (the first batch has no
+m_k and uses s_k). What the user
 asks for is the sparsity of the test-time gates g_hat, which is not differentiable; the *expected*
 sparsity (the mean of P(g = 0)) is, but it differs from the g_hat share (a gate at the g_hat = 0
 boundary is closed with probability 0.83 for beta 0.33). So s_k is a straight-through estimate
@@ -49,6 +58,8 @@ ALL_CLOSED = 0.99
 LAMBDA1_SCALE = 0.2
 #: default updates over which the target rises from 0 (about two gate travel times at gate lr 0.05)
 DEFAULT_TARGET_WARMUP = 200
+#: decay of m_k, the running mean of the batches' sparsity for lambda_2's ascent (about 20 batches)
+MEAN_DECAY = 0.95
 
 
 def scheduled_target(stages: Sequence[float], num_updates: int, hold_updates: int = 0,
@@ -95,6 +106,7 @@ class LagrangianController(nn.Module):
         self.warmup_updates = warmup_updates
         self.hold_updates = hold_updates if scheduled else 0
         self.multipliers = nn.ParameterDict()
+        self.running_share: Dict[str, Tensor] = {}  # m_k (not saved: a resumed run starts it afresh)
         for key in self.targets:
             p = nn.Parameter(torch.zeros(2))  # lambda_1 / LAMBDA1_SCALE, lambda_2
             mark_sparsity_control([p])
@@ -115,7 +127,8 @@ class LagrangianController(nn.Module):
         return torch.stack([LAMBDA1_SCALE * p[0], p[1]])
 
     def lagrangian(self, sparsity: Mapping[str, Tensor], num_updates: int) -> Dict[str, Tensor]:
-        """{key: lambda_1 (s - t) + lambda_2 (s - t)^2} for every controlled key with a sparsity s."""
+        """{key: lambda_1 (s - t) + lambda_2 (s - t)^2} for every controlled key with a sparsity s (this
+        batch's); lambda_2's gradient is (s - t)(m - t), m the running mean of the earlier batches' s."""
         out = {}
         for key in self.multipliers:
             s = sparsity.get(key)
@@ -123,7 +136,13 @@ class LagrangianController(nn.Module):
                 continue
             lam = self.lambdas(key)
             gap = s - self.target(key, num_updates)
-            out[key] = lam[0] * gap + lam[1] * gap * gap
+            mean = self.running_share.get(key)
+            mean_gap = gap.detach() if mean is None else mean - self.target(key, num_updates)
+            # value and model gradient lambda_2 gap^2; lambda_2's gradient gap * mean_gap
+            quadratic = lam[1].detach() * gap * gap + (lam[1] - lam[1].detach()) * gap.detach() * mean_gap
+            out[key] = lam[0] * gap + quadratic
+            share = s.detach()
+            self.running_share[key] = share if mean is None else MEAN_DECAY * mean + (1 - MEAN_DECAY) * share
         return out
 
 

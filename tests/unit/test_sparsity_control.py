@@ -276,3 +276,36 @@ def test_controller_steers_the_test_time_share(between):
     assert seen["l0drop"].item() == pytest.approx(test_time / src.numel())
     # the training pass alone would have steered another share (dropout moves gates across g_hat = 0)
     assert log["sparsity/l0drop_sparsity:num"].item() != test_time
+
+
+def run_noisy_share(target=0.5, steps=600, units=40, noise=0.35, lr=0.05, warmup=200, seed=0):
+    """Input-dependent gates (L0Drop's): the share each batch reports is the gates' expected share plus
+    noise of its own (batches differ), while a task loss keeps the gates open. Returns the reported shares
+    and the controller."""
+    torch.manual_seed(seed)
+    log_alpha = torch.nn.Parameter(torch.full((units,), 3.0))
+    value = torch.linspace(0.2, 1.0, units)
+    ctrl = LagrangianController({"l0drop": target}, warmup_updates=warmup)
+    opt = torch.optim.Adam([log_alpha] + list(ctrl.parameters()), lr=lr)
+    shares = []
+    for step in range(steps):
+        closed = torch.sigmoid(-log_alpha)
+        share = closed.mean() + noise * torch.randn(())
+        loss = -((1 - closed) * value).mean() + ctrl.lagrangian({"l0drop": share}, step)["l0drop"]
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        shares.append(float(closed.detach().mean()))
+    return shares, ctrl
+
+
+def test_batch_noise_does_not_wind_up_lambda2():
+    """With a share that varies by 0.35 from batch to batch, lambda_2 ascending on (s - t)^2 grows by about
+    the learning rate every update (Adam: 17 after 600 updates, 33 after 1,200), and 2 lambda_2 (s - t)
+    swamps every batch's gradient; on (s - t)(m - t) it levels off (about 5 and 6.5), and the gates' mean
+    share still meets the target."""
+    shares, ctrl = run_noisy_share(steps=1200)
+    lam2 = float(ctrl.lambdas("l0drop")[1])
+    assert abs(lam2) < 10.0, lam2
+    final = shares[-200:]
+    assert abs(sum(final) / len(final) - 0.5) <= 0.03, final[::20]
