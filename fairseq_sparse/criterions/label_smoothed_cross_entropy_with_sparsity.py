@@ -488,12 +488,14 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
                 self._warned_closed.add(key)
                 target = (self.controller.target(key, updates)
                           if self.controller is not None and key in self.controller.targets else None)
-                advice = ("Lower the target sparsity or lambda if this is not what you want." if target is None
-                          or target >= ALL_CLOSED else
+                advice = ("Lower the target sparsity or lambda if this is not what you want; from scratch, gates "
+                          "close while the model does not yet use its source, and closed gates do not reopen "
+                          "(docs/quality.md): fine-tune from a trained model (--finetune-from-model)."
+                          if target is None or target >= ALL_CLOSED else
                           f"The target is {target:.2f} now: the controller overshot, as it does when the gates "
                           "cannot follow while the model is still learning (a target from scratch closed every "
-                          "L0Drop gate at once, docs/quality.md); fine-tune from a trained model "
-                          "(--finetune-from-model), or from scratch ramp a fixed lambda (--sparsity-warmup-updates).")
+                          "L0Drop gate at once, and so did a ramped fixed lambda, docs/quality.md); fine-tune "
+                          "from a trained model (--finetune-from-model).")
                 logger.warning("!!! %s: %d of %d gated units are closed (g_hat = 0): the model has (nearly) nothing "
                                "left there. %s", key, int(closed), int(units), advice)
         if self.controller is None or not training:

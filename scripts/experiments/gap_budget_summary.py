@@ -44,12 +44,13 @@ def main(out):
     for seed, updates in found:
         control, refs = decoding(out / "gen" / f"control_s{seed}@{updates}.txt")
         method, method_refs = decoding(out / "gen" / f"l0drop_s{seed}@{updates}.txt")
-        assert refs == method_refs, "the two decodings have other references"
+        if refs != method_refs:
+            raise SystemExit(f"seed {seed}, {updates} updates: the control's and L0Drop's decodings have other references")
         c, m = (BLEU().corpus_score(h, [refs]).score for h in (control, method))
         test = paired_bootstrap(control, method, refs)
         share = pruned_share(out / f"l0drop_s{seed}.log", updates)
         gaps.setdefault(updates, []).append(m - c)
-        print(f"| {seed} | {updates:,} | {c:.2f} | {m:.2f} | {m - c:+.2f} | {test['p_value']:.4f} | {share:.1%} |")
+        print(f"| {seed} | {updates:,} | {c:.2f} | {m:.2f} | {m - c:+.2f} | {test['p_value']:.4f} | {'-' if share is None else f'{share:.1%}'} |")
     for updates, values in sorted(gaps.items()):
         print(f"mean gap at {updates:,} updates over {len(values)} seed(s): {sum(values) / len(values):+.2f}")
 

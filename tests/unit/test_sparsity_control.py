@@ -221,6 +221,7 @@ def test_all_closed_warning_says_when_the_controller_overshot(caplog):
     with caplog.at_level("WARNING"):
         fixed.control_sparsity(terms(100), 500, True, {})
     assert "Lower the target sparsity or lambda" in caplog.records[-1].getMessage()
+    assert "--finetune-from-model" in caplog.records[-1].getMessage()
 
 
 def test_target_for_missing_module_refused():
