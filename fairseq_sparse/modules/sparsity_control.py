@@ -7,7 +7,7 @@ For each controlled quantity k (e.g. ``l0drop``: the share of source states prun
 
 where s_k is the sparsity of the controlled units and t_k the target at this update. CoFi's gates read
 no input, so s_k is the same on every batch; L0Drop's read the source, and s_k is a batch's share, which
-varies from batch to batch (by about 0.35 on a corpus of short descriptions and long documents,
+varies from batch to batch (by about 0.35, root mean square, on a corpus of short descriptions and long documents,
 docs/training-options.md). Ascent on (s_k - t_k)^2 would then grow lambda_2 without end, on target too, and with it
 the term 2 lambda_2 (s_k - t_k) in each batch's gradient, into noise that swamps the task's. So lambda_2
 ascends on (s_k - t_k)(m_k - t_k) instead, m_k the running mean of the earlier batches' s_k
