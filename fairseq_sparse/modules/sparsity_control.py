@@ -135,9 +135,10 @@ class LagrangianController(nn.Module):
             if s is None:
                 continue
             lam = self.lambdas(key)
-            gap = s - self.target(key, num_updates)
+            target = self.target(key, num_updates)
+            gap = s - target
             mean = self.running_share.get(key)
-            mean_gap = gap.detach() if mean is None else mean - self.target(key, num_updates)
+            mean_gap = gap.detach() if mean is None else mean - target
             # value and model gradient lambda_2 gap^2; lambda_2's gradient gap * mean_gap
             quadratic = lam[1].detach() * gap * gap + (lam[1] - lam[1].detach()) * gap.detach() * mean_gap
             out[key] = lam[0] * gap + quadratic

@@ -11,10 +11,17 @@
 # Re-running skips a run whose training log says it finished and a decoding that exists.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+[[ $# -ge 3 ]] || { echo "usage: gap_budget_gpu.sh DATA_BIN BASELINE_PT OUT [SEEDS]"; exit 2; }
 DATA=$(realpath "$1") BASE=$(realpath "$2") OUT=$3 SEEDS=${4:-"1 2"}
-[[ -f "$DATA/dict.${SRC:-en}.txt" && -f "$BASE" ]] || { echo "gap_budget_gpu.sh: no $DATA/dict.${SRC:-en}.txt or no $BASE"; exit 2; }
 SRC=${SRC:-en} TGT=${TGT:-de} TARGET=${TARGET:-0.5} MAX_UPDATE=${MAX_UPDATE:-20000} SAVE_EVERY=${SAVE_EVERY:-600}
 TRAIN_SECONDS=${TRAIN_SECONDS:-240} DEVICE_FLAG=${DEVICE_FLAG:-}   # DEVICE_FLAG=--cpu: a plumbing check on a CPU
+# bad input stops the script before any work (the criterion refuses a target outside [0, 1) itself)
+[[ -f "$DATA/dict.$SRC.txt" && -f "$DATA/dict.$TGT.txt" ]] || { echo "gap_budget_gpu.sh: $DATA has no dict.$SRC.txt / dict.$TGT.txt"; exit 2; }
+[[ -f "$BASE" ]] || { echo "gap_budget_gpu.sh: no baseline checkpoint $BASE"; exit 2; }
+for var in MAX_UPDATE SAVE_EVERY TRAIN_SECONDS; do
+    [[ "${!var}" =~ ^[1-9][0-9]*$ ]] || { echo "gap_budget_gpu.sh: $var must be a whole number > 0, got '${!var}'"; exit 2; }
+done
+for seed in $SEEDS; do [[ "$seed" =~ ^[0-9]+$ ]] || { echo "gap_budget_gpu.sh: seed '$seed' is not a whole number"; exit 2; }; done
 ARCH_ARGS=${ARCH_ARGS:-"--encoder-layers 3 --decoder-layers 3 --encoder-embed-dim 128 --decoder-embed-dim 128
   --encoder-ffn-embed-dim 512 --decoder-ffn-embed-dim 512 --encoder-attention-heads 4 --decoder-attention-heads 4
   --share-all-embeddings"}

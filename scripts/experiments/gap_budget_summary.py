@@ -36,12 +36,18 @@ def pruned_share(log, update):
 
 def main(out):
     out = Path(out)
+    if not (out / "gen").is_dir():
+        raise SystemExit(f"{out}/gen: no such folder (the OUT given to gap_budget_gpu.sh)")
     found = sorted({(int(m[1]), int(m[2])) for m in (re.fullmatch(r"l0drop_s(\d+)@(\d+)\.txt", p.name)
                                                       for p in (out / "gen").iterdir()) if m})
     print("| seed | updates | control BLEU | L0Drop BLEU | gap | p | pruned (test time) |")
     print("|---|---|---|---|---|---|---|")
     gaps = {}
+    if not found:
+        raise SystemExit(f"{out}/gen holds no l0drop_s<SEED>@<UPDATES>.txt decodings")
     for seed, updates in found:
+        if not (out / "gen" / f"control_s{seed}@{updates}.txt").is_file():
+            raise SystemExit(f"seed {seed}, {updates} updates: no control decoding to compare with")
         control, refs = decoding(out / "gen" / f"control_s{seed}@{updates}.txt")
         method, method_refs = decoding(out / "gen" / f"l0drop_s{seed}@{updates}.txt")
         if refs != method_refs:
@@ -56,4 +62,6 @@ def main(out):
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    if len(sys.argv) != 2:
+        raise SystemExit(__doc__)
+    main(sys.argv[1])
