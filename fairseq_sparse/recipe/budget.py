@@ -4,10 +4,10 @@ import math
 import os
 from functools import reduce
 
-from .methods import METHODS
+from .methods import BY_NAME, METHODS
 
 #: decodings whose intermediate checkpoints the budget table can decode as they are (or with heads cut out)
-BUDGET_DECODINGS = ("last", "heads_pruned")
+BUDGET_DECODINGS = ("last", "heads_pruned", "layered")
 
 
 def budget_points(a):
@@ -29,17 +29,29 @@ def checkpoints_by_updates(wd, name):
     return {state_updates(read_state(c)): os.path.relpath(c, wd.work) for c in saved_checkpoints(wd.path(name))}
 
 
+def budget_control(m):
+    """The run M is compared with at each budget point: its control where that is fine-tuned too; where M's control
+    is trained from scratch (simplified_control's is the simplified decoder itself) the stock control, which has had
+    the same updates (the simplified decoder's gap at equal updates); None for the stock control itself."""
+    if BY_NAME[m.control].start is not None:
+        return m.control
+    return "control" if m.name != "control" else None
+
+
 def budget_rows(a, ev, rows):
-    """{method: [{updates, score, control_score, gap, p_value, l0drop_sparsity, heads_closed}, ...]} for every
-    reported fine-tuned method with a control, at every budget point both runs have a checkpoint for
+    """{method: [{updates, score, control, control_score, gap, p_value, l0drop_sparsity, heads_closed}, ...]} for
+    every reported fine-tuned method with a control, at every budget point both runs have a checkpoint for
     (heads_closed: the share of gated heads cut out, where they are)."""
     from .evaluation import paired_test_of
 
     out = {}
     for m in METHODS:
-        if m.name not in rows or m.control not in rows or m.start is None or m.decoding not in BUDGET_DECODINGS:
+        if m.start is None or m.control is None or m.decoding not in BUDGET_DECODINGS:
             continue
-        mine, theirs = checkpoints_by_updates(ev.wd, m.name), checkpoints_by_updates(ev.wd, m.control)
+        control = budget_control(m)
+        if control is None or m.name not in rows or control not in rows:
+            continue
+        mine, theirs = checkpoints_by_updates(ev.wd, m.name), checkpoints_by_updates(ev.wd, control)
         points = []
         for u in budget_points(a):
             if u not in mine or u not in theirs:
@@ -47,9 +59,9 @@ def budget_rows(a, ev, rows):
             cut = m.heads_cut_out(a)
             ckpt = ev.prune_heads(m.name, mine[u]) if cut else mine[u]
             heads = ev.heads_kept(m.name, ckpt)["total"] if cut else None
-            r, c = ev.generate(f"{m.name}@{u}", ckpt), ev.generate(f"{m.control}@{u}", theirs[u])
+            r, c = ev.generate(f"{m.name}@{u}", ckpt), ev.generate(f"{control}@{u}", theirs[u])
             test = paired_test_of(a, c, r)
-            points.append({"updates": u, "score": r["score"], "control_score": c["score"],
+            points.append({"updates": u, "score": r["score"], "control": control, "control_score": c["score"],
                            "gap": round(r["score"] - c["score"], 2), "p_value": test.get("p_value"),
                            "l0drop_sparsity": r["l0drop_sparsity"],
                            "heads_closed": round(1 - heads[0] / heads[1], 4) if heads else None})

@@ -89,8 +89,10 @@ def test_recipe_end_to_end_and_resume(raw_corpus, tmp_path):
     assert all("control_score" in p for p in results["curve"])
     assert os.path.exists(work / "curve" / "curve.png")
     # the gap against the budget: each fine-tuning and its control at 10 and 20 updates (heads cut out where gated)
-    for name in ("l0drop", "heads_all", "attention_reg"):
+    for name in ("l0drop", "heads_all", "attention_reg", "composed"):
         assert [p["updates"] for p in results["budget"][name]] == [10, 20], results["budget"].get(name)
+        assert all(p["control"] == "control" for p in results["budget"][name])
+    assert results["budget"]["composed"][-1]["score"] == models["composed"]["score"]  # its heads cut out alike
     assert results["budget"]["l0drop"][-1]["score"] == models["l0drop"]["score"]  # the last point is the model
     # the share of heads cut out at each point where gated heads are, as the final pruned model has it
     kept, total = results["heads"]["heads_all"]["total"]

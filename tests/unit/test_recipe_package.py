@@ -149,6 +149,19 @@ def test_bad_heads_target_is_refused(extra, message, capsys):
     assert message in capsys.readouterr().err
 
 
+def test_budget_compares_each_fine_tuning_with_a_fine_tuned_control_of_equal_updates():
+    from fairseq_sparse.recipe.budget import budget_control
+    from fairseq_sparse.recipe.methods import BY_NAME, METHODS
+
+    # the simplified decoder's control is itself (trained from scratch, no budget points): the stock control then
+    assert BY_NAME["simplified_control"].control == "simplified"
+    assert budget_control(BY_NAME["simplified_control"]) == "control"
+    assert budget_control(BY_NAME["control"]) is None  # not compared with itself
+    for m in METHODS:
+        if m.start is not None and m.control is not None and BY_NAME[m.control].start is not None:
+            assert budget_control(m) == m.control, m.name
+
+
 @pytest.mark.parametrize("points,message", [("600,300", "--budget-points must rise"), ("3000", "at most --finetune-updates"),
                                             ("a,b", "--budget-points: a comma list of update counts")])
 def test_bad_budget_points_are_refused(points, message, capsys):
@@ -226,8 +239,8 @@ def test_report_is_a_function_of_results_json_alone(tmp_path, monkeypatch):
     assert any("identical hypotheses on all 3" in l for l in lines)
     assert "- [a plot](curve/curve.png)" in lines and "fairseq-train bin --arch transformer" in lines
     assert "- baseline: stopped after 900 updates: no valid BLEU gain in 10 validations (--baseline-patience)." in lines
-    assert "| l0drop | 300 | 11.00 | 12.00 | -1.00 | 0.020 | 47.0% |  |" in lines
-    assert "| heads_all | 300 | 11.80 | 12.00 | -0.20 | 0.300 |  | 50.0% |" in lines
+    assert "| l0drop | 300 | 11.00 | control (12.00) | -1.00 | 0.020 | 47.0% |  |" in lines
+    assert "| heads_all | 300 | 11.80 | control (12.00) | -0.20 | 0.300 |  | 50.0% |" in lines
 
 
 def test_exactness_counts_the_sentences_that_differ():
