@@ -92,6 +92,15 @@ def pytest_runtest_protocol(item, nextitem):
         out.write(f"{cpu:.2f} {after.elapsed - before.elapsed:.2f} {item.nodeid}\n")
 
 
+def pytest_runtest_logreport(report):
+    """A cuda-marked test's failure is printed with its traceback as it happens, not only in the end-of-run summary:
+    a GPU run stopped by its time limit (scripts/gpu_checks.sh, the device tool) still says why (2026-11-26: six
+    in-process failures came back as bare FAILED lines)."""
+    if report.failed and "cuda" in report.keywords:
+        sys.stderr.write(f"\n--- {report.nodeid} failed ({report.when}):\n{report.longreprtext[-4000:]}\n")
+        sys.stderr.flush()
+
+
 def console(name):
     return os.path.join(BIN, name)
 

@@ -132,7 +132,8 @@ def assert_same_hypos(a, b, check_attention=True):
         assert len(hyps_a) == len(hyps_b)
         for ha, hb in zip(hyps_a, hyps_b):
             assert ha["tokens"].tolist() == hb["tokens"].tolist()
-            assert ha["score"] == pytest.approx(float(hb["score"]), abs=SCORE_TOL)
+            # float(): pytest.approx turns a tensor into a NumPy array, which a CUDA tensor refuses
+            assert float(ha["score"]) == pytest.approx(float(hb["score"]), abs=SCORE_TOL)
             assert torch.allclose(ha["positional_scores"], hb["positional_scores"], atol=SCORE_TOL)
             if check_attention:
                 assert ha["attention"].shape == hb["attention"].shape
