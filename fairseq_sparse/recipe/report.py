@@ -224,11 +224,12 @@ def budget_lines(a, budget):
         return []
     lines = ["The gap to the equal-updates control against the fine-tuning budget (checkpoints of one run each; "
              f"p: {test_name(a)}):", "",
-             f"| model | updates | {metric_name(a)} | control (its {metric_name(a)}) | gap | p | L0Drop sparsity | heads closed |",
+             f"| model | updates | {metric_name(a)} | control (its {metric_name(a)}) | gap | p | L0Drop sparsity "
+             "| heads closed |",
              "|---|---|---|---|---|---|---|---|"]
     for name, points in budget.items():
-        lines += [f"| {name} | {p['updates']} | {p['score']:.2f} | {p.get('control', 'control')} ({p['control_score']:.2f}) | "
-                  f"{p['gap']:+.2f} | "
+        lines += [f"| {name} | {p['updates']} | {p['score']:.2f} | {p.get('control', 'control')} "
+                  f"({p['control_score']:.2f}) | {p['gap']:+.2f} | "
                   f"{cell(p['p_value'], '.3f')} | {cell(p['l0drop_sparsity'], '.1%')} | "
                   f"{cell(p.get('heads_closed'), '.1%')} |" for p in points]
     return lines + [""]

@@ -12,12 +12,13 @@
 # step run beforehand, e.g. on a CPU machine), the other seeds' dirs start from a copy of it (data-bin, tok,
 # truncation.json) instead of preparing again. SECONDS_LEFT: the whole script's wall-clock budget (default: none):
 # every recipe process is stopped when it runs out, the packing still runs, and a stopped fine-tuning resumes from
-# its last checkpoint in the next call. THREADS: --threads of each process (default 2);
-# DEVICE=cpu: a plumbing check on a CPU. Each process's
-# output: WORK/recipe_gpu.STEP.out. Where $OUT is set (the device tool's), the work dirs without their checkpoints
-# (nor data-bin and tok) are packed into $OUT/recipe_gpu.tgz after every phase and after the report, and BRING_BACK
-# (checkpoints relative to a work dir, e.g. "control/checkpoint_last.pt composed/pruned.pt") is copied there at the
-# end without its optimiser state, as $OUT/s<seed>_<dir>_<file> (for the speed benchmarks on the CPU).
+# its last checkpoint in the next call. THREADS: --threads of each process (default 2). DEVICE=cpu: a plumbing
+# check on a CPU. Each process's output: WORK/recipe_gpu.STEP.out. Where $OUT is set (the device tool's), the work
+# dirs without their checkpoints (nor data-bin and tok) are packed into $OUT/recipe_gpu.tgz after every phase and
+# after the report, and BRING_BACK (checkpoints relative to a work dir, e.g. "control/checkpoint_last.pt
+# composed/pruned.pt") is copied there at the end without its optimiser state, as $OUT/s<seed>_<dir>_<file> (for the
+# speed benchmarks on the CPU; the device tool brings back at most 16 MiB a file: 3+3 x 128 with an 8k vocabulary
+# is 18 MB).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 [[ $# -ge 3 ]] || { echo "usage: recipe_gpu.sh WORK_PREFIX SEEDS PHASE [PHASE ...]  (RECIPE_ARGS: the recipe's options)"; exit 2; }
