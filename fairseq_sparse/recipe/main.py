@@ -99,12 +99,20 @@ class Recipe:
         print(f"report: {path}")
 
 
-def main(argv=None):
+def checked(argv=None):
+    """The recipe of command line ARGV with every input checked (options, steps, the corpus or data-bin, and the
+    lengths of prepared data); nothing written yet."""
     args = parse_args(argv)
     recipe = Recipe(args)
     corpus.check_inputs(args, recipe.data)
     if os.path.isdir(recipe.data):  # a data-bin given or prepared already: its lengths checked before work too
         recipe.fit()
+    return recipe
+
+
+def main(argv=None):
+    recipe = checked(argv)
+    args = recipe.a
     os.makedirs(recipe.wd.work, exist_ok=True)  # after the checks: a refused run leaves nothing behind
     for step in args.steps.split(","):
         start = time.time()

@@ -40,11 +40,11 @@ def main(out):
         raise SystemExit(f"{out}/gen: no such folder (the OUT given to gap_budget_gpu.sh)")
     found = sorted({(int(m[1]), int(m[2])) for m in (re.fullmatch(r"l0drop_s(\d+)@(\d+)\.txt", p.name)
                                                       for p in (out / "gen").iterdir()) if m})
+    if not found:
+        raise SystemExit(f"{out}/gen holds no l0drop_s<SEED>@<UPDATES>.txt decodings")
     print("| seed | updates | control BLEU | L0Drop BLEU | gap | p | pruned (test time) |")
     print("|---|---|---|---|---|---|---|")
     gaps = {}
-    if not found:
-        raise SystemExit(f"{out}/gen holds no l0drop_s<SEED>@<UPDATES>.txt decodings")
     for seed, updates in found:
         if not (out / "gen" / f"control_s{seed}@{updates}.txt").is_file():
             raise SystemExit(f"seed {seed}, {updates} updates: no control decoding to compare with")

@@ -33,6 +33,10 @@ done
 RECIPE=$(dirname "$(command -v python3)")/fairseq-sparse-recipe
 [[ -x "${VENV:-}/bin/fairseq-sparse-recipe" ]] && RECIPE=$VENV/bin/fairseq-sparse-recipe
 first=${SEEDS%% *}
+# the recipe's own checks of every option, step and input (unknown steps, bad ranges, a missing corpus) before any work
+# shellcheck disable=SC2086
+"$(dirname "$RECIPE")/python" -c 'import sys; from fairseq_sparse.recipe.main import checked; checked(sys.argv[1:])' \
+    $RECIPE_ARGS --device "${DEVICE:-cuda}" --work-dir "$PREFIX$first" --steps "$(IFS=,; echo "$*"),report" || exit 2
 for seed in $SEEDS; do
     W=$PREFIX$seed
     if [[ ! -d "$W/data-bin" && -d "$PREFIX$first/data-bin" ]]; then
