@@ -57,9 +57,10 @@ def target_flags(option: str, target: float, a) -> List[str]:
             str(min(a.target_warmup_updates, a.finetune_updates // 2))]
 
 
-def l0drop_flags(a) -> List[str]:
+def l0drop_flags(a, target: Optional[float] = None) -> List[str]:
     """L0Drop's pressure: a fixed penalty weight (--l0drop-lambda; the paper's protocol, Zhang, Titov & Sennrich
-    2021 Sec. 6: lambda 0.3, the sparsity whatever it reaches) or else a target sparsity; what a dropped state is
+    2021 Sec. 6: lambda 0.3, the sparsity whatever it reaches) or else a target sparsity (TARGET, by default
+    --l0drop-target); what a dropped state is
     (--l0drop-dropped-as), the gates' initial bias (--l0drop-init-bias), temperature (--l0drop-beta) and w's rate
     (--l0drop-weight-lr), each only where it is not the default."""
     flags = [] if a.l0drop_dropped_as == "zero" else ["--l0drop-dropped-as", a.l0drop_dropped_as]
@@ -67,12 +68,13 @@ def l0drop_flags(a) -> List[str]:
         if getattr(a, f"l0drop_{option}") is not None:
             flags += [f"--l0drop-{option.replace('_', '-')}", str(getattr(a, f"l0drop_{option}"))]
     pressure = (["--l0drop-lambda", str(a.l0drop_lambda)] if a.l0drop_lambda
-                else target_flags("--l0drop-target-sparsity", a.l0drop_target, a))
+                else target_flags("--l0drop-target-sparsity", a.l0drop_target if target is None else target, a))
     return flags + pressure
 
 
-def l0drop_pressure(a) -> str:
-    pressure = f"lambda {a.l0drop_lambda}" if a.l0drop_lambda else f"target {a.l0drop_target}"
+def l0drop_pressure(a, target: Optional[float] = None) -> str:
+    pressure = (f"lambda {a.l0drop_lambda}" if a.l0drop_lambda
+                else f"target {a.l0drop_target if target is None else target}")
     return pressure + (", dropped states masked" if a.l0drop_dropped_as == "mask" else "")
 
 
@@ -125,11 +127,11 @@ METHODS: Tuple[Method, ...] = (
            flags=lambda a: ["--head-gates", ""]),
     Method("composed", "every method in one model: the simplified decoder with L0Drop between layers and head "
                        "gates, closed heads cut out",
-           lambda a: f"simplified decoder + L0Drop between layers ({l0drop_pressure(a)}) + head gates on "
-                     f"{a.composed_head_gates} (target {a.heads_target}), closed heads cut out",
+           lambda a: f"simplified decoder + L0Drop between layers ({l0drop_pressure(a, a.composed_l0drop_target)}) "
+                     f"+ head gates on {a.composed_head_gates} (target {a.heads_target}), closed heads cut out",
            arch="transformer_l0drop", start="simplified", control="control", decoding="layered", opt_in=True,
            full_memory=True, flags=lambda a: ["--simplified-decoder", "--l0drop-between-layers", "--head-gates", a.composed_head_gates]
-           + l0drop_flags(a) + target_flags("--head-gates-target-sparsity", a.heads_target, a)),
+           + l0drop_flags(a, a.composed_l0drop_target) + target_flags("--head-gates-target-sparsity", a.heads_target, a)),
     Method("pattern_pos", "rule-based pattern: function words, punctuation, MD, EX and non-initial subword pieces "
                           "dropped, from POS tags of the source (Zhang, Titov & Sennrich 2021 Sec. 7)",
            lambda a: "function words, punctuation, MD, EX, non-initial subword pieces dropped by rule (POS tags)",

@@ -160,6 +160,7 @@ def test_results_follow_the_checkpoint_that_produced_them(raw_corpus, baseline_w
     (["--importance-types", "enc,bogus"], "--importance-types"),
     (["--composed-head-gates", "dec,all"], "--composed-head-gates: a comma list of enc, dec, encdec"),
     (["--l0drop-target", "1.0"], "--l0drop-target must lie in [0, 1)"),
+    (["--composed-l0drop-target", "nan"], "--composed-l0drop-target must lie in [0, 1)"),
     (["--attention-reg-lambda", "nan"], "--attention-reg-lambda must be a positive number"),
     (["--steps", "baseline,nonsense"], "unknown step 'nonsense'"),
     (["--layers", "1", "--steps", "composed"], "step composed gates the states between encoder layers"),

@@ -50,6 +50,17 @@ def test_finetune_command_starts_from_its_model_and_resumes_without_it():
     assert composed[composed.index("--finetune-from-model") + 1] == "simplified/checkpoint_best.pt"
 
 
+def test_the_composed_model_has_its_own_l0drop_target():
+    a = options("--l0drop-target", "0.4")
+    target = lambda cmd: cmd[cmd.index("--l0drop-target-sparsity") + 1]
+    assert target(commands.finetune(a, "bin", methods.BY_NAME["l0drop"])) == "0.4"
+    assert target(commands.finetune(a, "bin", methods.BY_NAME["composed"])) == "0.1"  # the default
+    assert "target 0.1" in methods.BY_NAME["composed"].what(a) and "target 0.4" in methods.BY_NAME["l0drop"].what(a)
+    a = options("--composed-l0drop-target", "0.3")
+    assert target(commands.finetune(a, "bin", methods.BY_NAME["composed"])) == "0.3"
+    assert target(commands.finetune(a, "bin", methods.BY_NAME["l0drop_layers"])) == "0.5"
+
+
 def test_a_fixed_l0drop_lambda_replaces_the_target_in_every_l0drop_model():
     a = options("--l0drop-lambda", "0.3")
     for name in ("l0drop", "l0drop_layers", "composed"):
