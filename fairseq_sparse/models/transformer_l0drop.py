@@ -370,20 +370,22 @@ class L0DropTransformerEncoder(TransformerEncoder):
         assert gated is not None
         # each layer reads the rows' padding mask and, once compacted, the dummy's log count on its self-attention
         # (what the hooks hand it in forward); TorchScript passes no module to a function, hence the repetition
+        # hasattr, not isinstance: TorchScript's isinstance matched only the first compiled shape of
+        # CountAwareAttention (see L0DropTransformerDecoder._set_log_count)
         for layer, gate in zip(self.layers, gated):  # every layer but the last, each followed by its gates
             mask, log_count = rows.layer_inputs()
-            if isinstance(layer.self_attn, CountAwareAttention):  # not a layer whose heads were all pruned
+            if hasattr(layer.self_attn, "log_count_for_call"):  # not a layer whose heads were all pruned
                 layer.self_attn.log_count = log_count
             x = layer(x, encoder_padding_mask=mask)
             x, gates = gate.test_time_gates(x, rows.live_pad)
             x = rows.compact(x, gates, self.dropped_as)
         last = self.layers[-1]  # not self.layers[-1:]: TorchScript (2.13) takes that slice from the first layer
         mask, log_count = rows.layer_inputs()
-        if isinstance(last.self_attn, CountAwareAttention):
+        if hasattr(last.self_attn, "log_count_for_call"):
             last.self_attn.log_count = log_count
         x = last(x, encoder_padding_mask=mask)
         for layer in self.layers:
-            if isinstance(layer.self_attn, CountAwareAttention):
+            if hasattr(layer.self_attn, "log_count_for_call"):
                 layer.self_attn.log_count = None
         if self.layer_norm is not None:
             x = self.layer_norm(x)
@@ -487,7 +489,10 @@ class L0DropTransformerDecoder(SublayerTransformerDecoder):
 
     def _set_log_count(self, log_count: Optional[Tensor]):
         for layer in self.layers:
-            if isinstance(layer.encoder_attn, CountAwareAttention):  # not None, nor a layer whose heads were all pruned
+            # not None, nor a layer whose heads were all pruned. hasattr, not isinstance: under torch.jit.script,
+            # isinstance matched only the first compiled shape of CountAwareAttention, so in layers with other head
+            # counts the counts were silently left out (the exported model then decoded differently)
+            if layer.encoder_attn is not None and hasattr(layer.encoder_attn, "log_count_for_call"):
                 layer.encoder_attn.log_count = log_count
 
     def _attention_map(self, encoder_out: Dict[str, List[Tensor]],

@@ -96,3 +96,35 @@ def test_scripted_without_beam_attention_gives_the_same_hypotheses(arch):
             assert hyp_w["tokens"].tolist() == hyp_g["tokens"].tolist()
             assert torch.equal(hyp_w["positional_scores"], hyp_g["positional_scores"])
             assert hyp_w["attention"].numel() > 0 and hyp_g["attention"].numel() == 0
+
+
+def test_scripted_model_with_other_head_counts_per_layer_gives_the_eager_hypotheses():
+    """Heads cut out to a different count in every layer (encoder self-attention 1 / 2 / 0 heads, encoder-decoder
+    1 / 2): each CountAwareAttention shape compiles to a type of its own, and every one must get the memory's log
+    counts (a trained composed checkpoint once decoded differently from fairseq-generate when only the first
+    compiled shape got them)."""
+    from fairseq_sparse.modules.head_gates import prune_heads
+
+    model, _ = build_l0drop_model("--l0drop-between-layers", "--decoder-layers", "2")
+    model.eval()
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for gate in [model.encoder.l0drop] + list(model.encoder.layer_l0drops):
+            gate.log_alpha_proj.weight.copy_(torch.randn(gate.log_alpha_proj.weight.shape, generator=g))
+            gate.log_alpha_proj.bias.fill_(-3.0)
+    prune_heads(model, {("enc", 0): [0], ("enc", 2): [], ("encdec", 0): [1]})
+    d = model.encoder.dictionary
+    task = TranslationTask(TranslationConfig(), d, d)
+    options = dict(export.GENERATION_DEFAULTS, beam=3, max_len_b=8)
+    scripted = export.script_translator(model, task, options, {})
+    src, lengths = mixed_length_batch()
+    with torch.no_grad():
+        want = export.build_generator(model, task.target_dictionary, options)(
+            {"net_input": {"src_tokens": src, "src_lengths": lengths}})
+        full = model.encoder.forward_torchscript({"src_tokens": src, "src_lengths": lengths})
+    assert bool((full["l0drop_log_count"][0] > 0).any())  # some counted dummies: the counts matter
+    got = scripted(src, lengths)
+    for w, s in zip(want, got):
+        for hyp_w, hyp_s in zip(w, s):
+            assert hyp_w["tokens"].tolist() == hyp_s["tokens"].tolist()
+            assert abs(float(hyp_w["score"]) - float(hyp_s["score"])) < 1e-4
