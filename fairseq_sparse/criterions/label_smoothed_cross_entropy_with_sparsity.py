@@ -520,11 +520,12 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
                 continue
             self._checked_lag.add(key)
             target = self.controller.target(key, updates)
-            if abs(float(share) - target) > LAG_TOLERANCE:
+            share = float(share.detach()) if torch.is_tensor(share) else float(share)
+            if abs(share - target) > LAG_TOLERANCE:
                 logger.warning("%s: sparsity %.2f after %d updates, target %.2f: the gates move slowly. With "
                                "--optimizer adam they move at the model's --lr; --optimizer adam_sparsity gives them "
                                "and the multipliers --sparsity-lr (README, 'Target sparsity').",
-                               key, float(share), updates, target)
+                               key, share, updates, target)
 
     def load_state_dict(self, state_dict, strict=True):
         """fairseq restores the criterion's multipliers on resume; a checkpoint without them (the converged
