@@ -56,10 +56,9 @@ def budget_rows(a, ev, rows):
         for u in budget_points(a):
             if u not in mine or u not in theirs:
                 continue
-            cut = m.heads_cut_out(a)
-            ckpt = ev.prune_heads(m.name, mine[u]) if cut else mine[u]
-            heads = ev.heads_kept(m.name, ckpt)["total"] if cut else None
-            r, c = ev.generate(f"{m.name}@{u}", ckpt), ev.generate(f"{control}@{u}", theirs[u])
+            key, ckpt = ev.at_updates(m, u, mine)
+            heads = ev.heads_kept(m.name, ckpt)["total"] if m.heads_cut_out(a) else None
+            r, c = ev.generate(key, ckpt), ev.generate(*ev.at_updates(BY_NAME[control], u, theirs))
             test = paired_test_of(a, c, r)
             points.append({"updates": u, "score": r["score"], "control": control, "control_score": c["score"],
                            "gap": round(r["score"] - c["score"], 2), "p_value": test.get("p_value"),

@@ -6,8 +6,9 @@ import re
 import statistics
 
 from . import commands
+from .budget import BUDGET_DECODINGS
 from .lengths import check_decoded
-from .methods import Method
+from .methods import BY_NAME, Method
 from .options import CHAR_BOUNDARY, decoding_changes
 from ..analysis.scores import corpus_score, scorer_identity
 from ..cli.common import kept_heads_path
@@ -73,6 +74,18 @@ class Evaluation:
         if m.attention_analysed:
             self.attention_analysis(m.name)
         return row
+
+    def at_updates(self, m: Method, updates, checkpoints):
+        """(key, checkpoint) of M's decoding after UPDATES updates: M's own evaluation where its last checkpoint
+        has those updates (the same weights, decoded once), else CHECKPOINTS[UPDATES] ({updates: checkpoint}),
+        heads cut out where M cuts them."""
+        from ..checkpoint_safety import read_state, state_updates
+
+        if m.decoding in BUDGET_DECODINGS and updates == state_updates(
+                read_state(self.wd.path(m.name, "checkpoint_last.pt"))):
+            return m.name, self.checkpoint(m)
+        ckpt = checkpoints[updates]
+        return f"{m.name}@{updates}", self.prune_heads(m.name, ckpt) if m.heads_cut_out(self.a) else ckpt
 
     def full_memory(self, m: Method):
         """M decoded with pruned decoding off: every encoder layer over every state, the full memory."""
@@ -172,16 +185,13 @@ class Evaluation:
         points = [dict(zip(header, l)) for l in lines]
         control = {state_updates(read_state(c)): os.path.relpath(c, self.wd.work)
                    for c in saved_checkpoints(self.wd.path("control"))}
-        control_updates = state_updates(read_state(self.wd.path("control", "checkpoint_last.pt")))
         # the tool's BLEU is sacrebleu on the tokens: the report's own score when the corpus is tokenised already
         tools_score = self.a.tokenizer == "none" and self.a.metric == "bleu"
         for p in points:
             u = int(float(p["updates"]))
             p["score"] = float(p["bleu"]) if tools_score else self.generate(f"curve@{u}", p["checkpoint"])["score"]
             if u in control:
-                key = "control" if u == control_updates else f"control@{u}"  # the same weights, decoded once
-                p["control_score"] = self.generate(key, "control/checkpoint_last.pt" if key == "control"
-                                                   else control[u])["score"]
+                p["control_score"] = self.generate(*self.at_updates(BY_NAME["control"], u, control))["score"]
         return points
 
 

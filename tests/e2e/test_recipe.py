@@ -94,6 +94,11 @@ def test_recipe_end_to_end_and_resume(raw_corpus, tmp_path):
         assert all(p["control"] == "control" for p in results["budget"][name])
     assert results["budget"]["composed"][-1]["score"] == models["composed"]["score"]  # its heads cut out alike
     assert results["budget"]["l0drop"][-1]["score"] == models["l0drop"]["score"]  # the last point is the model
+    logs = work / "logs"  # ... decoded once: no second decoding (or head pruning) of the last checkpoint
+    assert (logs / "generate.l0drop@10.log").is_file() and (logs / "generate.control@10.log").is_file()
+    budgeted = ("control", "l0drop", "heads_all", "attention_reg", "composed", "pattern_group")
+    assert not [p.name for p in logs.iterdir() if p.name.split(".")[1] in budgeted + tuple(f"{n}@20" for n in budgeted)
+                and ("@20." in p.name or "_20.pt" in p.name)]
     # the share of heads cut out at each point where gated heads are, as the final pruned model has it
     kept, total = results["heads"]["heads_all"]["total"]
     assert results["budget"]["heads_all"][-1]["heads_closed"] == round(1 - kept / total, 4)
