@@ -485,17 +485,6 @@ def test_two_process_training(corpus, tmp_path):
 # 6. bad input: a clear error before anything is trained, decoded or written
 
 
-def test_lambda_without_l0drop_model_rejected(corpus, tmp_path):
-    proc = train(corpus["bin"], str(tmp_path), [
-        "--arch", "transformer", "--criterion", "label_smoothed_cross_entropy_with_sparsity",
-        "--label-smoothing", "0.1", "--l0drop-lambda", "0.3"], check=False)
-    assert proc.returncode == 1, proc.log[-3000:]
-    assert "--l0drop-lambda 0.3 is set but the model (transformer) has no l0drop module" in proc.log, proc.log[-3000:]
-    assert "terminate called" not in proc.log
-    assert not log_records(proc.log)
-    assert os.listdir(tmp_path) == []  # nothing written, not even fairseq's crash.pt
-
-
 L0DROP_CKPT, STOCK_CKPT = "l0drop_ckpt", "stock_transformer_ckpt"
 BAD_INPUT = {
     # name: (checkpoint already in the save dir, arguments, message, argparse error)
