@@ -10,6 +10,7 @@ from .budget import BUDGET_DECODINGS
 from .lengths import check_decoded
 from .methods import BY_NAME, Method
 from .options import CHAR_BOUNDARY, decoding_changes
+from .workdir import checkpoint_identity
 from ..analysis.scores import corpus_score, scorer_identity
 from ..cli.common import kept_heads_path
 
@@ -78,11 +79,9 @@ class Evaluation:
     def at_updates(self, m: Method, updates, checkpoints):
         """(key, checkpoint) of M's decoding after UPDATES updates: M's own evaluation where its last checkpoint
         has those updates (the same weights, decoded once), else CHECKPOINTS[UPDATES] ({updates: checkpoint}),
-        heads cut out where M cuts them."""
-        from ..checkpoint_safety import read_state, state_updates
-
-        if m.decoding in BUDGET_DECODINGS and updates == state_updates(
-                read_state(self.wd.path(m.name, "checkpoint_last.pt"))):
+        heads cut out where M cuts them (the last checkpoint's updates: its identity, read once per file version)."""
+        last = checkpoint_identity(self.wd.path(m.name, "checkpoint_last.pt"))
+        if m.decoding in BUDGET_DECODINGS and updates == last["updates"]:
             return m.name, self.checkpoint(m)
         ckpt = checkpoints[updates]
         return f"{m.name}@{updates}", self.prune_heads(m.name, ckpt) if m.heads_cut_out(self.a) else ckpt
