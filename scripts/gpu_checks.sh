@@ -72,9 +72,18 @@ install() {
     # without CUDA_HOME fairseq's setup.py leaves out its CUDA kernels (NAT's edit distance, n-gram blocking,
     # alignment training), which nothing here uses. (Built one after another: setup.py build_ext -j with torch's
     # ninja builder raced on the device, 2026-11-26, and failed to link.)
-    local src=/tmp/fairseq-fixed-src
-    rm -rf "$src" && mkdir -p "$src" && tar -xzf "$WHEELHOUSE"/fairseq_fixed-*.tar.gz -C "$src" --strip-components=1
-    env -u CUDA_HOME MAX_JOBS=${MAX_JOBS:-16} "${pip[@]}" --no-deps --no-build-isolation "$src" || return 1
+    # PyPI's cp312 manylinux wheel where the wheelhouse has it (about a second; its Cython extensions load under
+    # numpy 2, and its torch C++ extensions, built against another torch, are never imported here), else the sdist
+    local wheel
+    wheel=$(ls "$WHEELHOUSE"/fairseq_fixed-*-cp312-*.whl 2>/dev/null | head -1)
+    if [[ -n "$wheel" ]] && "${pip[@]}" --no-deps "$wheel" \
+            && "$PY" -c "import fairseq.data.data_utils_fast, fairseq.data.token_block_utils_fast"; then
+        note "install: fairseq-fixed from $(basename "$wheel")"
+    else
+        local src=/tmp/fairseq-fixed-src
+        rm -rf "$src" && mkdir -p "$src" && tar -xzf "$WHEELHOUSE"/fairseq_fixed-*.tar.gz -C "$src" --strip-components=1
+        env -u CUDA_HOME MAX_JOBS=${MAX_JOBS:-16} "${pip[@]}" --no-deps --no-build-isolation "$src" || return 1
+    fi
     # --use-pep517: else setuptools 81 runs "setup.py develop", which calls pip again with build isolation (offline: fails)
     "${pip[@]}" --no-deps --no-build-isolation --use-pep517 -e . || return 1
     "$PY" -m pip check > "$REPORT/pip.txt" 2>&1 || note "install: pip check reports missing dependencies ($REPORT/pip.txt)"

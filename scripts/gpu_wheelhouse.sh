@@ -21,6 +21,10 @@ SDISTS=(antlr4-python3-runtime==4.9.3 rouge-score==0.1.2 fairseq-fixed==0.12.3.1
 mkdir -p "$DEST"
 "${PIP[@]}" download --no-deps -d "$DEST" --python-version 3.12 --implementation cp --only-binary=:all: \
     --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 "${WHEELS[@]}"
+# fairseq-fixed's cp312 manylinux wheel (installed in a second there), beside its sdist (the fallback)
+"${PIP[@]}" download --no-deps -d "$DEST" --python-version 3.12 --implementation cp --only-binary=:all: \
+    --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+    fairseq-fixed==0.12.3.1 || echo "no cp312 wheel of fairseq-fixed: the sdist is built there"
 for spec in "${SDISTS[@]}"; do
     # --no-build-isolation: pip reads the sdist's metadata with this environment's setuptools, cython, numpy
     # and torch instead of building its build dependencies from source

@@ -38,6 +38,17 @@ def budget_control(m):
     return "control" if m.name != "control" else None
 
 
+def decode_budget_points(a, ev, m):
+    """M's own decodings at every budget point it has a checkpoint for, in M's step: the runs of a study decode
+    side by side, and the report pairs the cached decodings."""
+    if m.start is None or m.decoding not in BUDGET_DECODINGS or not budget_points(a):
+        return
+    mine = checkpoints_by_updates(ev.wd, m.name)
+    for u in budget_points(a):
+        if u in mine:
+            ev.generate(*ev.at_updates(m, u, mine))
+
+
 def budget_rows(a, ev, rows):
     """{method: [{updates, score, control, control_score, gap, p_value, l0drop_sparsity, heads_closed}, ...]} for
     every reported fine-tuned method with a control, at every budget point both runs have a checkpoint for

@@ -47,7 +47,8 @@ def cpu_flag(a):
 
 
 def common_train_flags(a, epoch_checkpoints=False):
-    return (["--max-tokens", str(a.max_tokens), "--seed", str(a.seed)] + cpu_flag(a) + ["--num-workers", "0",
+    return (["--max-tokens", str(a.max_tokens), "--seed", str(a.seed)] + cpu_flag(a)
+            + (["--amp"] if a.amp else []) + ["--num-workers", "0",
              "--skip-invalid-size-inputs-valid-test"] + position_flags(a)
             + ["--required-batch-size-multiple", "1", "--log-format", "json", "--log-interval", "50"]
             + ([] if epoch_checkpoints else ["--no-epoch-checkpoints"]))
@@ -61,16 +62,25 @@ def pieces_joined(a, flag="--remove-bpe"):
     return [flag] if a.bpe_merges else []
 
 
+def validation_interval_flags(a):
+    """Validate every --validate-interval epochs, or every --validate-interval-updates updates (and save there,
+    so that the best checkpoint is one of those; epochs' ends then neither validate nor save)."""
+    if not a.validate_interval_updates:
+        return ["--validate-interval", str(a.validate_interval)]
+    every, never = str(a.validate_interval_updates), str(10 ** 9)
+    return ["--validate-interval-updates", every, "--save-interval-updates", every, "--keep-interval-updates", "1",
+            "--validate-interval", never, "--save-interval", never]
+
+
 def validation_flags(a):
     """Validation BLEU (greedy) picks the best checkpoint of a training from scratch (translation)."""
     if a.metric != "bleu":
-        return ["--validate-interval", str(a.validate_interval)]
+        return validation_interval_flags(a)
     detok = ["--eval-bleu-detok", "moses"] if a.tokenizer == "moses" else []
     lengths = {k: getattr(a, k) for k in ("max_len_a", "max_len_b")} if a.char_level else {}
     return (["--eval-bleu", "--eval-bleu-args", json.dumps({"beam": 1, **lengths})] + detok
             + pieces_joined(a, "--eval-bleu-remove-bpe")
-            + ["--best-checkpoint-metric", "bleu", "--maximize-best-checkpoint-metric",
-               "--validate-interval", str(a.validate_interval)])
+            + ["--best-checkpoint-metric", "bleu", "--maximize-best-checkpoint-metric"] + validation_interval_flags(a))
 
 
 def task_flags(method_name):
@@ -89,12 +99,14 @@ def train_from_scratch(a, data, m: Method):
                "--lr", str(a.lr), "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(a.warmup_updates),
                "--max-update", str(a.baseline_updates), "--save-dir", m.name]
             + common_train_flags(a) + validation_flags(a)
-            + (["--patience", str(a.baseline_patience)] if a.baseline_patience else []))
+            + (["--patience", str(a.baseline_patience)] if a.baseline_patience else [])
+            + (["--stop-time-hours", f"{a.baseline_minutes / 60:.6g}"] if a.baseline_minutes else []))
 
 
 def finetune(a, data, m: Method, resume=False):
     """fairseq-train from the method's start model (the same optimiser, criterion, learning rate and batches for
-    every method and its control). ``resume``: an interrupted run goes on from its checkpoint_last."""
+    every method and its control). ``resume``: an interrupted run goes on from its checkpoint_last. Bounded by
+    updates only: fairseq's --stop-time-hours would count the training time stored in the start checkpoint."""
     from .budget import save_interval
 
     save_every = save_interval(a, m)  # checkpoints within the run (one may fall on an epoch's end)

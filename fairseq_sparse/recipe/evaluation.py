@@ -107,17 +107,28 @@ class Evaluation:
         kept = {t: sum(len(layer) for layer in layers) for t, layers in spec.items()}
         return {"kept": kept, "total": (sum(kept.values()), sum(self.a.heads * len(layers) for layers in spec.values()))}
 
-    def layer_sparsity(self, name):
-        """Cumulative share of source states pruned after each gated encoder layer and at the output, from the
-        last validation of NAME's fairseq-train log (JSON lines)."""
-        valid = None
+    def validations(self, name):
+        """Every validation of NAME's fairseq-train log (JSON lines), in order: fairseq's valid_* statistics."""
+        found = []
         with open(self.wd.path("logs", f"{name}.log")) as f:
             for line in f:
                 head, _, body = line.partition("| {")
                 if "| valid " in head and body:
-                    valid = json.loads("{" + body)
-        if not valid:
+                    found.append(json.loads("{" + body))
+        return found
+
+    def valid_curve(self, name):
+        """[(updates, valid loss, valid BLEU or None)] of NAME's validations: how far from converged it stopped."""
+        return [(int(v["valid_num_updates"]), float(v["valid_loss"]),
+                 float(v["valid_bleu"]) if "valid_bleu" in v else None) for v in self.validations(name)]
+
+    def layer_sparsity(self, name):
+        """Cumulative share of source states pruned after each gated encoder layer and at the output, from the
+        last validation of NAME's fairseq-train log (JSON lines)."""
+        validations = self.validations(name)
+        if not validations:
             return {}
+        valid = validations[-1]
         found = {k[len("valid_"):-len("_sparsity")]: float(v) for k, v in valid.items()
                  if re.fullmatch(r"valid_l0drop(_layer\d+)?_sparsity", k)}
         return dict(sorted(found.items(), key=lambda kv: (kv[0] == "l0drop", kv[0])))

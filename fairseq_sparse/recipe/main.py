@@ -7,7 +7,7 @@ from . import corpus, lengths, training
 from .evaluation import Evaluation, same_hypotheses, significance
 from .methods import BY_NAME, CONTROL_OF, METHODS, STEP_SUMMARY, STEPS, updates_of
 from .options import fail, parse_args
-from .budget import budget_rows, plot_gap
+from .budget import budget_rows, decode_budget_points, plot_gap
 from .report import metric_name, plots_in, render
 from .seqkd import distill_data
 from .speed import speed, speed_results
@@ -48,6 +48,7 @@ class Recipe:
         else:
             training.train(self.a, self.wd, self.data, BY_NAME[name])
             self.ev.evaluate(BY_NAME[name])
+            decode_budget_points(self.a, self.ev, BY_NAME[name])
 
     def done(self, m):
         """Whether method M's model is complete."""
@@ -72,7 +73,10 @@ class Recipe:
                    "speed": [{"what": w, "ratio": r, "note": n} for w, r, n in speed_rows], "noise": noise,
                    "settings": vars(self.a), "lengths": self.fit(),
                    "stopped": {m.name: load_json(self.wd.path(m.name, "stopped.json"))
-                               for m in reported if m.start is None and m.arch}}
+                               for m in reported if m.start is None and m.arch},
+                   "timing": {m.name: load_json(self.wd.path(m.name, "timing.json"))
+                              for m in reported if os.path.exists(self.wd.path(m.name, "timing.json"))},
+                   "converged": self.converged(rows)}
         for m in reported:
             if m.full_memory:
                 results[f"{m.name}_exact"] = same_hypotheses(rows[m.name], self.ev.full_memory(m))
@@ -84,6 +88,15 @@ class Recipe:
         results["plots"] = plots_in(self.wd.work)
         results["commands"] = {s: self.wd.commands(s) for s in STEPS if self.wd.commands(s)}
         return results
+
+    def converged(self, rows):
+        """How far from converged the baseline was: the equal-updates control's gain over the fine-tuning budget
+        (a strong baseline gains little), and the baseline's valid loss over its last validations."""
+        if "control" not in rows or self.a.baseline_checkpoint:
+            return {}
+        return {"control_gain": round(rows["control"]["score"] - rows["baseline"]["score"], 2),
+                "finetune_updates": self.a.finetune_updates,
+                "baseline_valid_curve": self.ev.valid_curve("baseline")[-4:]}
 
     def report(self):
         """WORK/results.json, then WORK/REPORT.md rendered from it alone."""

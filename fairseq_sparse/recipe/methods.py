@@ -112,6 +112,10 @@ METHODS: Tuple[Method, ...] = (
            lambda a: f"L0Drop, {l0drop_pressure(a)}, pruned decoding",
            arch="transformer_l0drop", control="control", attention_analysed=True, full_memory=True,
            flags=l0drop_flags),
+    Method("l0drop_low", "L0Drop at a second target (--l0drop-target-low) beside the same control",
+           lambda a: f"L0Drop, {l0drop_pressure(a, a.l0drop_target_low)}, pruned decoding",
+           arch="transformer_l0drop", control="control", opt_in=True, full_memory=True,
+           flags=lambda a: l0drop_flags(a, a.l0drop_target_low)),
     Method("l0drop_layers", "L0Drop between every pair of encoder layers and on the output "
                             "(Zhang, Titov & Sennrich 2021 Sec. 6); fairseq-generate compacts the encoder",
            lambda a: f"L0Drop between encoder layers and on the output, {l0drop_pressure(a)}, "

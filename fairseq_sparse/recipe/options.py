@@ -12,6 +12,7 @@ from .methods import DEFAULT_STEPS, STEPS
 SPLITS = ("train", "valid", "test")
 DEFAULT_POSITIONS = 1024  # fairseq's --max-source-positions and --max-target-positions
 CHAR_BOUNDARY = "\u2581"  # --char-level's word-boundary symbol: sentencepiece's, so fairseq joins it back
+MAX_TOKENS = {"cpu": 4096, "cuda": 16384}  # --max-tokens by device (on CUDA: several trainings share one GPU well)
 
 
 def fail(message):
@@ -85,11 +86,22 @@ def _model_and_budget(p):
     g.add_argument("--heads", type=int, default=4, help="attention heads per layer")
     g.add_argument("--dropout", type=float, default=0.1)
     g = p.add_argument_group("budgets")
-    g.add_argument("--max-tokens", type=int, default=4096)
+    g.add_argument("--max-tokens", type=int, default=None,
+                   help="tokens per training batch (default: 4096 on the CPU, 16384 on CUDA)")
+    g.add_argument("--amp", action="store_true",
+                   help="fairseq's --amp (automatic mixed precision) in every training; CUDA only. Decoding stays "
+                        "fp32, where pruned decoding is exact")
     g.add_argument("--lr", type=float, default=2e-3, help="baseline peak learning rate (inverse_sqrt)")
     g.add_argument("--warmup-updates", type=int, default=500)
     g.add_argument("--baseline-updates", type=int, default=2610, help="updates of the baseline and the simplified decoder")
     g.add_argument("--validate-interval", type=int, default=1, help="baseline: validate (BLEU) every N epochs")
+    g.add_argument("--validate-interval-updates", type=int, default=0, metavar="N",
+                   help="baseline: validate (and save) every N updates instead of every --validate-interval epochs "
+                        "(where epochs are short, e.g. large GPU batches); --baseline-patience then counts these")
+    g.add_argument("--baseline-minutes", type=float, default=0.0, metavar="M",
+                   help="training from scratch also stops after M minutes of training (fairseq's --stop-time-hours; "
+                        "a run from random weights has no stored time). 0: no wall-clock bound. Fine-tunings are "
+                        "bounded by --finetune-updates only")
     g.add_argument("--baseline-checkpoint", metavar="CKPT",
                    help="bring your own converged baseline (a fairseq transformer of the recipe's sizes trained on "
                         "--data-bin): the baseline step links it instead of training")
@@ -129,6 +141,8 @@ def _model_and_budget(p):
 def _methods(p):
     g = p.add_argument_group("methods")
     g.add_argument("--l0drop-target", type=float, default=0.5, help="L0Drop target sparsity")
+    g.add_argument("--l0drop-target-low", type=float, default=0.3,
+                   help="the target of step l0drop_low (a second L0Drop beside the same control)")
     g.add_argument("--l0drop-lambda", type=float, default=0.0,
                    help="a fixed L0Drop penalty weight instead of --l0drop-target (the paper's protocol, Zhang, Titov "
                         "& Sennrich 2021 Sec. 6: lambda 0.3; the sparsity is whatever it reaches); 0: the target")
@@ -286,13 +300,17 @@ def _heads_target_problem(spec):
 
 
 def _check_ranges(a):
-    """The first numeric option outside its range, as a message, or None."""
+    """The first numeric option outside its range, as a message, or None; --max-tokens left out gets the device's
+    default."""
+    if a.max_tokens is None:
+        a.max_tokens = MAX_TOKENS[a.device]
     for name in ("baseline_updates", "finetune_updates", "curve_updates", "layers", "embed_dim", "ffn_dim", "heads",
                  "max_tokens", "beam", "batch_size", "validate_interval", "speed_batch", "speed_repeats",
                  "importance_sentences", "seq_kd_shards"):
         if getattr(a, name) < 1:
             return f"--{name.replace('_', '-')} must be at least 1"
-    for name in ("bpe_merges", "warmup_updates", "target_warmup_updates", "threads", "baseline_patience"):
+    for name in ("bpe_merges", "warmup_updates", "target_warmup_updates", "threads", "baseline_patience",
+                 "validate_interval_updates"):
         if getattr(a, name) < 0:
             return f"--{name.replace('_', '-')} must not be negative"
     for name in ("lr", "finetune_lr", "sparsity_lr", "l0drop_weight_lr", "attention_reg_lambda"):
@@ -301,7 +319,7 @@ def _check_ranges(a):
     heads_target = _heads_target_problem(a.heads_target)
     if heads_target:
         return heads_target
-    for name in ("l0drop_target", "composed_l0drop_target", "importance_fraction", "dropout"):
+    for name in ("l0drop_target", "l0drop_target_low", "composed_l0drop_target", "importance_fraction", "dropout"):
         if not 0 <= getattr(a, name) < 1:
             return f"--{name.replace('_', '-')} must lie in [0, 1)"
     if a.l0drop_init_bias is not None and not math.isfinite(a.l0drop_init_bias):
@@ -314,6 +332,10 @@ def _check_ranges(a):
         return "--distill-weight must lie in [0, 1]"
     if not (math.isfinite(a.distill_temperature) and a.distill_temperature > 0):
         return "--distill-temperature must be a positive number"
+    if not (math.isfinite(a.baseline_minutes) and a.baseline_minutes >= 0):
+        return "--baseline-minutes must be a number, at least 0"
+    if a.amp and a.device != "cuda":
+        return "--amp is mixed precision on CUDA: use it with --device cuda"
     if a.embed_dim % a.heads:
         return f"--embed-dim {a.embed_dim} is not a multiple of --heads {a.heads}"
     between = [s for s in ("l0drop_layers", "composed") if s in a.steps.split(",")]

@@ -1,13 +1,14 @@
 """The recipe's model steps: each method of the table trained (from scratch or fine-tuned from its start model),
 the importance step's pruning (no training), and the POS tags the tag pattern reads."""
 import os
+import time
 
 from . import commands
 from .corpus import source_text
 from .methods import Method, updates_of
 from .options import SPLITS, fail
 from .seqkd import seqkd_data
-from .workdir import save_json
+from .workdir import load_json, save_json
 
 
 def train(a, wd, data, m: Method):
@@ -20,26 +21,52 @@ def train(a, wd, data, m: Method):
         print(f"  {m.name}: done already ({wd.path(m.name)}); skipped")
         return
     if m.start is None:
-        out = wd.run(m.name, commands.train_from_scratch(a, data, m), f"{m.name}.log")
-        record_stop(a, wd, m.name, out)
+        cmd = commands.train_from_scratch(a, data, m)
     else:
         if a.seq_kd and not os.path.isdir(seqkd_data(wd)):
             fail(f"{m.name}: --seq-kd fine-tunes on the baseline's translations; run the distill_data step first")
         cmd = commands.finetune(a, seqkd_data(wd) if a.seq_kd else data, m,
                                 resume=os.path.exists(wd.path(m.name, "checkpoint_last.pt")))
-        wd.run(m.name, cmd, f"{m.name}.log")
+    start, before = time.time(), _updates(wd, m.name)
+    out = wd.run(m.name, cmd, f"{m.name}.log")
+    record_timing(wd, m.name, time.time() - start, _updates(wd, m.name) - before)
+    if m.start is None:
+        record_stop(a, wd, m.name, out)
+
+
+def _updates(wd, name):
+    from ..checkpoint_safety import read_state, state_updates
+
+    last = wd.path(name, "checkpoint_last.pt")
+    return (state_updates(read_state(last)) or 0) if os.path.exists(last) else 0
+
+
+def record_timing(wd, name, seconds, updates):
+    """WORK/NAME/timing.json: the wall time of this process's fairseq-train (start-up, validation and saving
+    included) and the updates it made; a resumed run's calls add up."""
+    path = wd.path(name, "timing.json")
+    t = load_json(path, {"wall_seconds": 0.0, "updates": 0, "runs": 0})
+    t = {"wall_seconds": round(t["wall_seconds"] + seconds, 1), "updates": t["updates"] + updates, "runs": t["runs"] + 1}
+    t["updates_per_second"] = round(t["updates"] / t["wall_seconds"], 2) if t["wall_seconds"] else None
+    save_json(path, t)
 
 
 def record_stop(a, wd, name, log):
-    """WORK/NAME/stopped.json: where a training from scratch stopped and why (fairseq's --patience, or the
-    --baseline-updates bound), as fairseq-train printed it."""
+    """WORK/NAME/stopped.json: where a training from scratch stopped and why (fairseq's --patience, the
+    --baseline-minutes bound, or the --baseline-updates bound), as fairseq-train printed it."""
     from ..checkpoint_safety import read_state, state_updates
 
     updates = state_updates(read_state(wd.path(name, "checkpoint_last.pt")))
     patience = "early stop since valid performance hasn't improved" in log
-    reason = (f"no valid {'BLEU' if a.metric == 'bleu' else 'loss'} gain in {a.baseline_patience} validations "
-              "(--baseline-patience)" if patience else f"reached --baseline-updates {a.baseline_updates}")
-    save_json(wd.path(name, "stopped.json"), {"updates": updates, "early_stop": patience, "reason": reason})
+    timed = not patience and updates < a.baseline_updates and bool(a.baseline_minutes)
+    if patience:
+        reason = (f"no valid {'BLEU' if a.metric == 'bleu' else 'loss'} gain in {a.baseline_patience} validations "
+                  "(--baseline-patience)")
+    elif timed:
+        reason = f"reached --baseline-minutes {a.baseline_minutes:g}"
+    else:
+        reason = f"reached --baseline-updates {a.baseline_updates}"
+    save_json(wd.path(name, "stopped.json"), {"updates": updates, "early_stop": patience or timed, "reason": reason})
     print(f"  {name}: stopped after {updates} updates: {reason}")
 
 

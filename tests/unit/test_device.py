@@ -115,3 +115,13 @@ def test_benchmarks_refuse_cuda_without_a_gpu_in_one_line(cuda, benchmark, name)
 def test_benchmarks_default_to_cuda_where_there_is_one(cuda, benchmark, name, argv, device):
     cuda(True)
     assert benchmark(name).parse_args(argv).device == device
+
+
+def test_batch_size_and_mixed_precision_follow_the_device(cuda, capsys):
+    cuda(True)
+    assert parse_args(RECIPE).max_tokens == 16384 and parse_args(RECIPE + ["--device", "cpu"]).max_tokens == 4096
+    assert parse_args(RECIPE + ["--max-tokens", "3000"]).max_tokens == 3000  # the user's own, on any device
+    assert "--amp" in commands.common_train_flags(parse_args(RECIPE + ["--amp"]))
+    with pytest.raises(SystemExit):
+        parse_args(RECIPE + ["--device", "cpu", "--amp"])
+    assert "--amp is mixed precision on CUDA" in capsys.readouterr().err

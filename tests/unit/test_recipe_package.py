@@ -31,7 +31,7 @@ def test_every_control_and_start_runs_before_the_model_that_needs_it():
 def test_steps_controls_and_opt_ins_follow_from_the_table():
     names = [m.name for m in methods.METHODS]
     assert methods.STEPS == ("prepare", names[0], "distill_data", *names[1:], "speed", "report")
-    assert set(methods.OPT_IN_STEPS) == {"speed", "pattern_pos", "l0drop_layers", "simplified_control", "composed",
+    assert set(methods.OPT_IN_STEPS) == {"speed", "pattern_pos", "l0drop_low", "l0drop_layers", "simplified_control", "composed",
                                          "distill_data"}
     assert methods.CONTROL_OF["l0drop"] == "control" and methods.CONTROL_OF["heads_enc"] == "control_frozen"
     assert "baseline" not in methods.CONTROL_OF and "curve" not in methods.CONTROL_OF
@@ -301,3 +301,28 @@ def test_rouge_impl_perl_is_checked_before_work(capsys, monkeypatch):
     assert "XML::Parser" in capsys.readouterr().err
     monkeypatch.setattr(scores, "rouge155_missing", lambda: None)
     assert parse_args(base + ["--metric", "rouge"]).rouge_impl == "perl"
+
+
+def test_gpu_training_flags_bound_the_baseline_by_time_and_every_fine_tuning_by_updates_only():
+    a = options("--baseline-minutes", "3", "--validate-interval-updates", "500", "--amp")
+    scratch = commands.train_from_scratch(a, "bin", methods.BY_NAME["baseline"])
+    assert float(scratch[scratch.index("--stop-time-hours") + 1]) == pytest.approx(0.05, abs=1e-6)
+    assert scratch[scratch.index("--validate-interval-updates") + 1] == "500"
+    assert scratch[scratch.index("--save-interval-updates") + 1] == "500" and "--amp" in scratch
+    assert int(scratch[scratch.index("--validate-interval") + 1]) > 10 ** 6  # epochs' ends no longer validate
+    # fairseq's --stop-time-hours counts the time stored in the --finetune-from-model checkpoint: a fine-tuning
+    # bounded by it stops after one update; a method and its control are bounded by the same --max-update
+    for name in ("control", "l0drop", "l0drop_low", "pattern_freq"):
+        cmd = commands.finetune(a, "bin", methods.BY_NAME[name])
+        assert "--stop-time-hours" not in cmd and "--amp" in cmd
+        assert cmd[cmd.index("--max-update") + 1] == str(a.finetune_updates)
+    plain = commands.train_from_scratch(options(), "bin", methods.BY_NAME["baseline"])
+    assert "--stop-time-hours" not in plain and "--amp" not in plain and "--validate-interval-updates" not in plain
+
+
+def test_l0drop_low_is_l0drop_at_its_own_target_beside_the_same_control():
+    a = options("--l0drop-target-low", "0.3", "--l0drop-target", "0.5")
+    low, high = (commands.finetune(a, "bin", methods.BY_NAME[n]) for n in ("l0drop_low", "l0drop"))
+    assert low[low.index("--l0drop-target-sparsity") + 1] == "0.3"
+    assert high[high.index("--l0drop-target-sparsity") + 1] == "0.5"
+    assert methods.CONTROL_OF["l0drop_low"] == methods.CONTROL_OF["l0drop"] == "control"

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# One device call, one complete study (docs/gpu.md, ../shared/GPU.md): install offline where the recipe is missing
+# (scripts/gpu_checks.sh install: the wheels carried in wheelhouse/), then fairseq-sparse-recipe with one work dir
+# per seed and the steps of each phase side by side, then the report step per seed, everything packed into $OUT
+# after every phase. Every argument after the seeds is a phase, a comma list of steps; in a phase every (seed,
+# step) pair is its own recipe process (the recipe lets steps after the baseline run as parallel processes over one
+# work dir), all at once, and a phase starts when the one before it has ended. A re-run resumes: the recipe skips
+# finished steps and a fine-tuning goes on from its checkpoint_last.
+#
+#   RECIPE_ARGS="--corpus DIR -s en -t de --amp --baseline-minutes 3 ..." \
+#       scripts/gpu_study.sh WORK_PREFIX "1 2" baseline control,l0drop
+#
+# WORK_PREFIX<seed> is each seed's work dir. Where WORK_PREFIX<first seed> holds a prepared data-bin (the prepare
+# step run beforehand, e.g. on a CPU machine), the other seeds' dirs start from a copy of it (data-bin, tok,
+# truncation.json) instead of preparing again. SECONDS_LEFT: the whole script's wall-clock budget, install
+# included (default: none): every recipe process is stopped when it runs out, the packing still runs, and a stopped
+# fine-tuning resumes from its last checkpoint in the next call. THREADS: --threads of each process (default 2).
+# DEVICE=cpu: the plumbing mode on a CPU (the test suite runs it on tiny data; no install). VENV: the environment
+# whose fairseq-sparse-recipe runs (default: python3's). Each process's output:
+# WORK/study.STEP.out. Where $OUT is set (the device tool's), the work dirs without their checkpoints (nor
+# data-bin and tok) are packed into $OUT/study.tgz after every phase and after the report, and BRING_BACK
+# (checkpoints relative to a work dir, each seed's, or SEED:PATH for one seed's: e.g. "baseline/checkpoint_best.pt
+# 1:l0drop/checkpoint_last.pt") is copied
+# there at the end as model-only fp16 checkpoints, $OUT/s<seed>_<dir>_<file> (the device tool brings back at most
+# 8 files of 16 MiB: 3+3 x 256 with an 8k vocabulary is about 15 MB in fp16), for the CPU's benchmarks and
+# analyses, or to carry back to a later GPU run.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+[[ $# -ge 3 ]] || { echo "usage: gpu_study.sh WORK_PREFIX SEEDS PHASE [PHASE ...]  (RECIPE_ARGS: the recipe's options)"; exit 2; }
+PREFIX=$1 SEEDS=$2; shift 2
+[[ -n "${RECIPE_ARGS:-}" ]] || { echo "gpu_study.sh: RECIPE_ARGS must hold the recipe's options (--corpus or --data-bin ...)"; exit 2; }
+for seed in $SEEDS; do [[ "$seed" =~ ^[0-9]+$ ]] || { echo "gpu_study.sh: seed '$seed' is not a whole number"; exit 2; }; done
+[[ -z "${SECONDS_LEFT:-}" || "$SECONDS_LEFT" =~ ^[1-9][0-9]*$ ]] \
+    || { echo "gpu_study.sh: SECONDS_LEFT must be whole seconds > 0, got '$SECONDS_LEFT'"; exit 2; }
+for phase in "$@"; do
+    [[ "$phase" =~ ^[a-z_0-9]+(,[a-z_0-9]+)*$ ]] || { echo "gpu_study.sh: phase '$phase' is not a comma list of steps"; exit 2; }
+done
+RECIPE=$(dirname "$(command -v python3)")/fairseq-sparse-recipe
+[[ -x "${VENV:-}/bin/fairseq-sparse-recipe" ]] && RECIPE=$VENV/bin/fairseq-sparse-recipe
+if [[ ! -x "$RECIPE" && "${DEVICE:-cuda}" != cpu ]]; then
+    echo "install ($(date +%T))"
+    scripts/gpu_checks.sh install || { echo "gpu_study.sh: the install failed"; exit 1; }
+    RECIPE=$(dirname "$(command -v python3)")/fairseq-sparse-recipe
+fi
+first=${SEEDS%% *}
+# the recipe's own checks of every option, step and input (unknown steps, bad ranges, a missing corpus) before any work
+# shellcheck disable=SC2086
+"$(dirname "$RECIPE")/python" -c 'import sys; from fairseq_sparse.recipe.main import checked; checked(sys.argv[1:])' \
+    $RECIPE_ARGS --device "${DEVICE:-cuda}" --work-dir "$PREFIX$first" --steps "$(IFS=,; echo "$*"),report" || exit 2
+for seed in $SEEDS; do
+    W=$PREFIX$seed
+    if [[ ! -d "$W/data-bin" && -d "$PREFIX$first/data-bin" ]]; then
+        mkdir -p "$W"
+        for f in data-bin tok truncation.json; do [[ -e "$PREFIX$first/$f" ]] && cp -r "$PREFIX$first/$f" "$W"/; done
+    fi
+done
+
+recipe() {  # SEED STEPS
+    local W=$PREFIX$1 limit=()
+    mkdir -p "$W"
+    if [[ -n "${SECONDS_LEFT:-}" ]]; then
+        (( SECONDS < SECONDS_LEFT )) || { echo "  seed $1, $2: no time left"; return; }
+        limit=(timeout $((SECONDS_LEFT - SECONDS)))
+    fi
+    # shellcheck disable=SC2086
+    "${limit[@]}" "$RECIPE" $RECIPE_ARGS --device "${DEVICE:-cuda}" --seed "$1" --work-dir "$W" \
+        --steps "$2" --quiet --threads "${THREADS:-2}" >> "$W/study.${2//,/+}.out" 2>&1
+    echo "  seed $1, $2: exit $? ($(date +%T))"
+}
+
+pack() {
+    [[ -n "${OUT:-}" ]] || return 0
+    local dirs=(); for seed in $SEEDS; do dirs+=("$PREFIX$seed"); done
+    tar -czf "$OUT/study.tgz" --exclude='*.pt' --exclude=data-bin --exclude=tok "${dirs[@]}"
+}
+
+bring_back() {  # model-only copies: fairseq reads a checkpoint without its optimiser state
+    [[ -n "${OUT:-}" && -n "${BRING_BACK:-}" ]] || return 0
+    local entry seed ckpt
+    for entry in $BRING_BACK; do
+        for seed in $SEEDS; do
+            ckpt=$entry
+            if [[ "$entry" == *:* ]]; then [[ "${entry%%:*}" == "$seed" ]] || continue; ckpt=${entry#*:}; fi
+            [[ -f "$PREFIX$seed/$ckpt" ]] || { echo "  bring back $PREFIX$seed/$ckpt: none"; continue; }
+            "$(dirname "$RECIPE")/python" - "$PREFIX$seed/$ckpt" "$OUT/s${seed}_${ckpt//\//_}" <<'EOF_PY' || echo "  bring back $PREFIX$seed/$ckpt: failed"
+import sys, torch
+state = torch.load(sys.argv[1], map_location="cpu", weights_only=False)
+state.pop("last_optimizer_state", None)
+state["model"] = {k: v.half() if v.is_floating_point() else v for k, v in state["model"].items()}
+torch.save(state, sys.argv[2])
+EOF_PY
+        done
+    done
+}
+
+for phase in "$@"; do
+    echo "phase $phase ($(date +%T))"
+    for seed in $SEEDS; do
+        for step in ${phase//,/ }; do recipe "$seed" "$step" & done
+    done
+    wait
+    pack
+done
+echo "report ($(date +%T))"
+for seed in $SEEDS; do recipe "$seed" report & done
+wait
+pack
+bring_back
+echo "done ($(date +%T))"

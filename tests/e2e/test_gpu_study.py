@@ -1,0 +1,59 @@
+"""scripts/gpu_study.sh in its CPU plumbing mode on a tiny corpus: one device call's whole study (baselines of two
+seeds side by side under a wall-clock bound, every fine-tuning beside its equal-updates control, budget points,
+the report per seed, the pack and the model-only fp16 checkpoints), as the GPU runs it."""
+import json
+import os
+import subprocess
+import sys
+import tarfile
+
+import torch
+
+from conftest import REPO
+from test_recipe import TINY, raw_corpus  # noqa: F401  (raw_corpus: a fixture)
+
+SCRIPT = os.path.join(REPO, "scripts", "gpu_study.sh")
+
+
+def test_one_call_one_study_in_plumbing_mode(raw_corpus, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    prefix = str(tmp_path / "W")
+    # the baseline is bounded by 3 s of training (400 updates would take longer; the last --baseline-updates
+    # counts), the fine-tunings by updates
+    args = TINY + ["--baseline-updates", "400", "--baseline-minutes", "0.05", "--validate-interval-updates", "10",
+                   "--budget-points", "10,20", "--corpus", str(raw_corpus), "-s", "en", "-t", "de"]
+    env = dict(os.environ, VENV=os.path.dirname(os.path.dirname(sys.executable)), DEVICE="cpu", THREADS="1", OUT=str(out), SECONDS_LEFT="800",
+               RECIPE_ARGS=" ".join(args), BRING_BACK="baseline/checkpoint_best.pt 1:l0drop/checkpoint_last.pt")
+    subprocess.run([os.path.join(os.path.dirname(sys.executable), "fairseq-sparse-recipe"), *args, "--work-dir", prefix + "1",
+                    "--steps", "prepare", "--device", "cpu", "--quiet"], check=True, capture_output=True)
+    done = subprocess.run(["bash", SCRIPT, prefix, "1 2", "baseline", "control,l0drop"], env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "seed 2, l0drop: exit 0" in done.stdout and "seed 1, report: exit 0" in done.stdout, done.stdout
+    for seed in (1, 2):
+        results = json.loads(open(f"{prefix}{seed}/results.json").read())
+        stopped = results["stopped"]["baseline"]
+        assert stopped["updates"] < 400 and "--baseline-minutes" in stopped["reason"], stopped
+        # fairseq's --stop-time-hours is never handed to a fine-tuning: it would count the baseline's stored time
+        # and stop after one update (../shared/GPU.md's trap); every fine-tuning made its 20 updates
+        for name in ("control", "l0drop"):
+            assert results["timing"][name]["updates"] == 20, results["timing"]
+            assert results["timing"][name]["updates_per_second"] > 0
+        assert results["timing"]["baseline"]["updates"] == stopped["updates"]
+        assert [p["updates"] for p in results["budget"]["l0drop"]] == [10, 20]
+        converged = results["converged"]
+        assert converged["control_gain"] == round(results["models"]["control"]["score"]
+                                                  - results["models"]["baseline"]["score"], 2)
+        validated = [u for u, _, _ in converged["baseline_valid_curve"]]  # every 10 updates, and where time ran out
+        assert validated[-1] == stopped["updates"] and all(u % 10 == 0 for u in validated[:-1]), validated
+        assert results["l0drop_exact"]["identical"]
+    with tarfile.open(out / "study.tgz") as t:
+        names = t.getnames()
+    assert any(n.endswith("W2/results.json") for n in names) and not any(n.endswith(".pt") for n in names)
+    brought = sorted(os.listdir(out))
+    assert brought == ["s1_baseline_checkpoint_best.pt", "s1_l0drop_checkpoint_last.pt",
+                       "s2_baseline_checkpoint_best.pt", "study.tgz"], brought
+    state = torch.load(out / "s1_l0drop_checkpoint_last.pt", map_location="cpu", weights_only=False)
+    assert "last_optimizer_state" not in state
+    assert {v.dtype for v in state["model"].values() if v.is_floating_point()} == {torch.float16}
