@@ -5,6 +5,7 @@ import os
 from . import commands
 from .lengths import truncate_sources
 from .options import CHAR_BOUNDARY, SPLITS, fail
+from .workdir import file_identity
 
 
 def _check_split(a, split):
@@ -102,6 +103,32 @@ def _check_baseline_checkpoint(a, data):
              "trained on other data")
 
 
+#: the options that make the prepared data what it is
+PREPARATION = ("source_lang", "target_lang", "tokenizer", "tokenizer_lang", "bpe_merges", "char_level",
+               "truncate_source")
+
+
+def data_key(a, data):
+    """What every model of the work dir is trained on: with --corpus, the preparation options and the corpus
+    files' content (sha1); with --data-bin, its dictionaries' content and its binary files' sizes."""
+    if a.data_bin:
+        return {name: file_identity(os.path.join(data, name)) if name.startswith("dict.")
+                else os.path.getsize(os.path.join(data, name))
+                for name in sorted(os.listdir(data)) if name.startswith("dict.") or name.endswith(".bin")}
+    key = {"--" + o.replace("_", "-"): getattr(a, o) for o in PREPARATION}
+    key.update({f"{split}.{lang}": file_identity(os.path.join(a.corpus, f"{split}.{lang}"))
+                for split in SPLITS for lang in (a.source_lang, a.target_lang)})
+    return key
+
+
+def check_prepared(a, wd, data):
+    """A work dir whose data was made from another corpus or with other preparation options (or another
+    --data-bin) is refused before any work, with the options that differ: its data-bin would be used as it is."""
+    made = any(os.path.exists(wd.path(p)) for p in ("data-bin", "tok", "baseline"))
+    wd.keep_key("keys/data.json", data_key(a, data), "the data", "use a new --work-dir, or the same options and "
+                "corpus", exists=made)
+
+
 def check_inputs(a, data):
     """Every input problem, reported before any work starts."""
     if a.corpus:
@@ -121,6 +148,7 @@ def check_inputs(a, data):
 
 def prepare(a, wd, data):
     """WORK/data-bin from the raw corpus (nothing to do for --data-bin; skipped once it exists)."""
+    check_prepared(a, wd, data)
     if a.data_bin:
         print("  data-bin given: nothing to prepare")
         return

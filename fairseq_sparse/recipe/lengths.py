@@ -88,21 +88,9 @@ def positions(truncate, lengths):
     return (truncate + 1 if truncate else max(DEFAULT_POSITIONS, source)), max(DEFAULT_POSITIONS, target)
 
 
-def _check_prepared(a, wd):
-    """A work dir prepared with another --truncate-source is refused (its data-bin would be used as it is)."""
-    if a.data_bin:
-        return
-    kept = load_json(wd.path(TRUNCATION))
-    done = kept["tokens"] if kept else 0
-    if done != a.truncate_source:
-        fail(f"{wd.work} was prepared with --truncate-source {done} ({'WORK/' + TRUNCATION if kept else 'none'}), "
-             f"not {a.truncate_source}: use a new --work-dir, or the same option")
-
-
 def fit(a, wd, data):
     """Set a.max_source_positions and a.max_target_positions from the prepared data, and refuse before work
     whatever would make fairseq drop a pair or stop on (or skip) a test document. Returns what the report states."""
-    _check_prepared(a, wd)
     lengths = data_lengths(a, data)
     a.max_source_positions, a.max_target_positions = positions(a.truncate_source, lengths)
     limits = {"source": a.max_source_positions, "target": a.max_target_positions}

@@ -1,6 +1,7 @@
 """``fairseq-sparse-recipe``: run the steps the user names, in order, then (step ``report``) gather every finished
 model's results into WORK/results.json and render WORK/REPORT.md from it."""
 import os
+import signal
 import time
 
 from . import corpus, lengths, training
@@ -11,7 +12,7 @@ from .budget import budget_rows, decode_budget_points, plot_gap
 from .report import metric_name, plots_in, render
 from .seqkd import distill_data
 from .speed import speed, speed_results
-from .workdir import WorkDir, load_json, save_json
+from .workdir import StepLock, WorkDir, load_json, save_json
 
 
 class Recipe:
@@ -28,6 +29,7 @@ class Recipe:
         """The models' positions from the prepared data, every length checked (once, before the first step
         after prepare: nothing is dropped, no test document skipped); what the report states of them."""
         if self.lengths is None:
+            corpus.check_prepared(self.a, self.wd, self.data)
             self.lengths = lengths.fit(self.a, self.wd, self.data)
         return self.lengths
 
@@ -54,7 +56,12 @@ class Recipe:
         """Whether method M's model is complete."""
         if m.arch is None:
             return os.path.exists(self.wd.path("importance", "pruned.pt"))
-        return self.wd.finished(m.name, updates_of(m, self.a))
+        if not self.wd.finished(m.name, updates_of(m, self.a)):
+            return False
+        if not (m.name == "baseline" and self.a.baseline_checkpoint):
+            # reported under this run's options only where it was made with them
+            training.check_model(self.a, self.wd, m, training.train_command(self.a, self.wd, self.data, m))
+        return True
 
     def results(self):
         """results.json's content: every finished model's evaluation and analyses, speed, plots, commands."""
@@ -127,11 +134,19 @@ def main(argv=None):
     recipe = checked(argv)
     args = recipe.a
     os.makedirs(recipe.wd.work, exist_ok=True)  # after the checks: a refused run leaves nothing behind
-    for step in args.steps.split(","):
-        start = time.time()
-        print(f"== {step}: {STEP_SUMMARY[step]}", flush=True)
-        recipe.step(step)
-        print(f"   {step}: {time.time() - start:.0f}s", flush=True)
+    for signum in (signal.SIGTERM, signal.SIGHUP):  # as Ctrl-C: the running command is stopped, the locks released
+        signal.signal(signum, _interrupted)
+    steps = list(dict.fromkeys(args.steps.split(",")))
+    with StepLock(recipe.wd, steps):
+        for step in steps:
+            start = time.time()
+            print(f"== {step}: {STEP_SUMMARY[step]}", flush=True)
+            recipe.step(step)
+            print(f"   {step}: {time.time() - start:.0f}s", flush=True)
+
+
+def _interrupted(signum, frame):
+    raise SystemExit(f"fairseq-sparse-recipe: stopped by signal {signal.Signals(signum).name}; a re-run resumes")
 
 
 def cli_main():

@@ -33,9 +33,12 @@ def distill_data(a, wd, data):
     """WORK/data-bin-seqkd: the training split with the baseline's beam-5 translations as targets (the data-bin's
     own dictionaries), valid and test as they are. Shards and data are made again only when the baseline changed."""
     os.makedirs(wd.path("seqkd"), exist_ok=True)
-    for shard in range(a.seq_kd_shards):
-        wd.produced(f"seqkd/shard{shard}.tsv", ["baseline/checkpoint_best.pt"], lambda: decode_shard(a, wd, data, shard))
-    wd.produced("data-bin-seqkd", ["baseline/checkpoint_best.pt"], lambda: binarise(a, wd, data))
+    shards = [wd.shown(commands.generate_train_shard(a, data, SEQKD_BEAM, shard, a.seq_kd_shards))
+              for shard in range(a.seq_kd_shards)]
+    for shard, cmd in enumerate(shards):  # each shard keyed by its command (the shard count and decoding settings)
+        wd.produced(f"seqkd/shard{shard}.tsv", ["baseline/checkpoint_best.pt"], lambda: decode_shard(a, wd, data, shard),
+                    [cmd])
+    wd.produced("data-bin-seqkd", ["baseline/checkpoint_best.pt"], lambda: binarise(a, wd, data), shards)
 
 
 def binarise(a, wd, data):

@@ -8,7 +8,7 @@ from .corpus import source_text
 from .methods import Method, updates_of
 from .options import SPLITS, fail
 from .seqkd import seqkd_data
-from .workdir import load_json, save_json
+from .workdir import checkpoint_identity, command_options, file_identity, load_json, save_json
 
 
 def train(a, wd, data, m: Method):
@@ -17,21 +17,50 @@ def train(a, wd, data, m: Method):
         source_tags(a, wd)
     if m.name == "baseline" and a.baseline_checkpoint:
         return bring_baseline(a, wd)
+    if m.start is not None and a.seq_kd and not os.path.isdir(seqkd_data(wd)):
+        fail(f"{m.name}: --seq-kd fine-tunes on the baseline's translations; run the distill_data step first")
+    cmd = train_command(a, wd, data, m)
+    check_model(a, wd, m, cmd)
     if wd.finished(m.name, updates_of(m, a)):
         print(f"  {m.name}: done already ({wd.path(m.name)}); skipped")
         return
-    if m.start is None:
-        cmd = commands.train_from_scratch(a, data, m)
-    else:
-        if a.seq_kd and not os.path.isdir(seqkd_data(wd)):
-            fail(f"{m.name}: --seq-kd fine-tunes on the baseline's translations; run the distill_data step first")
-        cmd = commands.finetune(a, seqkd_data(wd) if a.seq_kd else data, m,
-                                resume=os.path.exists(wd.path(m.name, "checkpoint_last.pt")))
     start, before = time.time(), _updates(wd, m.name)
     out = wd.run(m.name, cmd, f"{m.name}.log")
     record_timing(wd, m.name, time.time() - start, _updates(wd, m.name) - before)
     if m.start is None:
         record_stop(a, wd, m.name, out)
+
+
+def train_command(a, wd, data, m: Method):
+    """Method M's fairseq-train: from scratch, or fine-tuned from its start model (resumed from its own
+    checkpoint_last where there is one; on the baseline's translations with --seq-kd)."""
+    if m.start is None:
+        return commands.train_from_scratch(a, data, m)
+    return commands.finetune(a, seqkd_data(wd) if a.seq_kd else data, m,
+                             resume=os.path.exists(wd.path(m.name, "checkpoint_last.pt")))
+
+
+#: fairseq-train options that bound a run, not what it trains: a budget raised later resumes the same run
+BUDGET_OPTIONS = ("--max-update", "--save-interval-updates", "--keep-interval-updates", "--no-epoch-checkpoints",
+                  "--stop-time-hours", "--patience", "--finetune-from-model")
+
+
+def check_model(a, wd, m, cmd):
+    """Refuse to reuse or resume WORK/NAME trained with another command line (any option but the budget's) or from
+    another start checkpoint, or with more updates than this run asks for (it would be reported under this run's
+    budget)."""
+    key = {k: v for k, v in command_options(wd.shown(cmd)).items() if k not in BUDGET_OPTIONS}
+    if m.start is not None:
+        if not os.path.exists(wd.path(m.start, "checkpoint_best.pt")):
+            fail(f"{m.name} is fine-tuned from {m.start}/checkpoint_best.pt, which {wd.work} lacks: run the "
+                 f"{m.start} step first")
+        key["start checkpoint"] = checkpoint_identity(wd.path(m.start, "checkpoint_best.pt"))["sha1"]
+    remedy = f"use a new --work-dir, the same options, or delete {wd.path(m.name)} to train it again"
+    wd.keep_key(f"{m.name}/key.json", key, m.name, remedy, exists=os.path.isdir(wd.path(m.name)))
+    done, wanted = _updates(wd, m.name), updates_of(m, a)
+    if done > wanted:
+        bound = "--baseline-updates" if m.start is None else "--finetune-updates"
+        fail(f"{m.name} in {wd.work} has {done} updates, more than this run's {bound} {wanted}: {remedy}")
 
 
 def _updates(wd, name):
@@ -95,13 +124,12 @@ def importance(a, wd, data):
     remade when the baseline changed."""
     os.makedirs(wd.path("importance"), exist_ok=True)
     base = ["baseline/checkpoint_best.pt"]
-    wd.produced("importance/mask.json", base,
-                lambda: wd.run("importance", commands.head_importance(a, data), "importance.log"))
-    wd.produced("importance/curve/curve.png", base,
-                lambda: wd.run("importance", commands.importance_curve(a, data), "prune_curve.log"))
-    wd.produced("importance/pruned.pt", base, lambda: wd.run(
-        "importance", commands.prune_heads(base[0], "importance/pruned.pt", "importance/mask.json"),
-        "prune.importance.log"))
+    for output, cmd, log in (("importance/mask.json", commands.head_importance(a, data), "importance.log"),
+                             ("importance/curve/curve.png", commands.importance_curve(a, data), "prune_curve.log")):
+        wd.produced(output, base, lambda: wd.run("importance", cmd, log), [wd.shown(cmd)])
+    prune = commands.prune_heads(base[0], "importance/pruned.pt", "importance/mask.json")
+    wd.produced("importance/pruned.pt", base, lambda: wd.run("importance", prune, "prune.importance.log"),
+                [wd.shown(prune), file_identity(wd.path("importance", "mask.json"))])
 
 
 def source_tags(a, wd):

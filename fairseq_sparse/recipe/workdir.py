@@ -58,11 +58,115 @@ def checkpoint_identity(path):
 def _identity(path, mtime_ns, size):
     from ..checkpoint_safety import read_state, state_updates
 
+    return {"updates": state_updates(read_state(path)), "sha1": file_identity(path)}
+
+
+def command_options(line):
+    """{option: value} of a command line as WorkDir.shown writes it: the positional arguments under "args", an
+    option without a value as True (what a trained model's key compares)."""
+    words, options, name = shlex.split(line), {"args": []}, None
+    for w in words[1:]:
+        if w.startswith("--") or (w.startswith("-") and len(w) == 2 and not w[1].isdigit()):
+            name = w
+            options[name] = True
+        elif name is None:
+            options["args"].append(w)
+        else:
+            options[name] = w if options[name] is True else f"{options[name]} {w}"
+            name = None
+    return options
+
+
+def key_changes(kept, now):
+    """'NAME KEPT (this run: NOW)' for every entry of two keys that differs."""
+    names = sorted(set(kept) | set(now), key=str)
+    return [f"{n} {kept.get(n, '(none)')} (this run: {now.get(n, '(none)')})" for n in names
+            if kept.get(n) != now.get(n)]
+
+
+def file_identity(path):
+    """The sha1 of a file's content (the corpus, a dictionary): what a product made from it depends on."""
     sha = hashlib.sha1()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             sha.update(block)
-    return {"updates": state_updates(read_state(path)), "sha1": sha.hexdigest()}
+    return sha.hexdigest()
+
+
+def keep_earlier(path):
+    """PATH, after an earlier run's file there is moved to PATH.1 (or .2, ...): an interrupted run's log is kept."""
+    if os.path.exists(path):
+        n = 1
+        while os.path.exists(f"{path}.{n}"):
+            n += 1
+        os.replace(path, f"{path}.{n}")
+    return path
+
+
+def stop(proc, grace=10):
+    """End PROC if it still runs: SIGTERM, then SIGKILL after GRACE seconds."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+class StepLock:
+    """One recipe run per step of a work dir (steps run side by side as separate runs): WORK/locks/STEP.lock holds
+    the pid of the run that took it; a lock whose run has gone is said and taken over."""
+
+    def __init__(self, wd, steps):
+        self.paths = [wd.path("locks", f"{s}.lock") for s in steps]
+        os.makedirs(wd.path("locks"), exist_ok=True)
+        self.taken = []
+
+    def __enter__(self):
+        for path in self.paths:
+            step = os.path.basename(path)[:-len(".lock")]
+            while True:
+                try:
+                    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+                except FileExistsError:
+                    pid = _lock_owner(path)
+                    if pid is not None and _running(pid):
+                        self.__exit__()
+                        fail(f"step {step} of {os.path.dirname(os.path.dirname(path))} is being run by another "
+                             f"recipe run (pid {pid}): wait for it, or stop it")
+                    print(f"  step {step}: a stale lock of a run that is gone (pid {pid}) taken over")
+                    os.remove(path)
+                    continue
+                with os.fdopen(fd, "w") as f:
+                    f.write(str(os.getpid()))
+                self.taken.append(path)
+                break
+        return self
+
+    def __exit__(self, *exc):
+        for path in self.taken:
+            if _lock_owner(path) == os.getpid():
+                os.remove(path)
+        self.taken = []
+
+
+def _lock_owner(path):
+    try:
+        with open(path) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _running(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class WorkDir:
@@ -106,31 +210,54 @@ class WorkDir:
         line = self.shown(cmd)
         self.record(step, line)
         os.makedirs(self.path("logs"), exist_ok=True)
-        log_path = self.path("logs", log)
+        log_path = keep_earlier(self.path("logs", log))
         print(f"  $ {line[:300]}{' ...' if len(line) > 300 else ''}\n    (log: {log_path})", flush=True)
         with open(log_path, "w") as f:
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=self.env(),
                                     cwd=self.work, text=True, errors="replace")
-            for out_line in proc.stdout:
-                f.write(out_line)
-                f.flush()
-                short = None if self.quiet else progress_line(step, out_line)
-                if short:
-                    print(short, flush=True)
-            proc.wait()
+            try:
+                for out_line in proc.stdout:
+                    f.write(out_line)
+                    f.flush()
+                    short = None if self.quiet else progress_line(step, out_line)
+                    if short:
+                        print(short, flush=True)
+                proc.wait()
+            finally:  # the recipe stopped (a signal, Ctrl-C): its command stops too, not left training alone
+                stop(proc)
         with open(log_path) as f:
             out = f.read()
         if proc.returncode != 0:
             fail(f"step {step} failed (exit {proc.returncode}); last lines of {log_path}:\n{out[-3000:]}")
         return out
 
-    def produced(self, output, inputs, produce):
+    def keep_key(self, key_file, key, product, remedy, exists=True):
+        """Refuse to reuse PRODUCT (the prepared data, a trained model) when the KEY it was made with (KEY_FILE,
+        relative to WORK: the options and inputs that produced it) differs from this run's: one line naming every
+        difference and REMEDY. Where the product does not exist (EXISTS false) or has no key yet, this run's key
+        is kept."""
+        path = self.path(key_file)
+        kept = load_json(path) if exists else None
+        if kept is not None and kept != key:
+            fail(f"{product} in {self.work} was made with {'; '.join(key_changes(kept, key))}: {remedy}")
+        if kept is None:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            save_json(path, key)
+
+    def produced(self, output, inputs, produce, settings=None):
         """PRODUCE() writes OUTPUT from the checkpoints INPUTS; it runs unless OUTPUT exists and was made from
-        the same checkpoints (WORK/results/OUTPUT.inputs.json keeps their identity)."""
+        the same checkpoints and SETTINGS, e.g. its command lines (WORK/results/OUTPUT.inputs.json keeps them);
+        a remade output says why."""
         stamp = self.path("results", output.replace("/", "_") + ".inputs.json")
         made_from = {p: checkpoint_identity(self.path(p)) for p in inputs}
-        if os.path.exists(self.path(output)) and load_json(stamp) == made_from:
+        if settings is not None:
+            made_from = {"checkpoints": made_from, "settings": settings}
+        kept = load_json(stamp)
+        if os.path.exists(self.path(output)) and kept == made_from:
             return
+        if os.path.exists(self.path(output)) and kept is not None:
+            print(f"  {output}: made again ({'its settings' if kept.get('settings') != settings else 'its input'} "
+                  "changed)")
         produce()
         os.makedirs(self.path("results"), exist_ok=True)
         save_json(stamp, made_from)

@@ -75,4 +75,4 @@ def test_summarisation_with_truncated_long_documents(tmp_path):
     # a re-run asking for another cut of the prepared data is refused before work
     again = run(RECIPE + ["--corpus", str(corpus), "--work-dir", str(work), "--tokenizer-lang", "en",
                           "--truncate-source", "30", "--steps", "baseline"] + TINY, check=False)
-    assert again.returncode != 0 and "was prepared with --truncate-source 40" in again.stderr
+    assert again.returncode != 0 and "was made with --truncate-source 40" in again.stderr

@@ -4,7 +4,9 @@ distillation, character level), its results keyed by the checkpoints that produc
 --dist loadfile runs the two files in different processes)."""
 import json
 import os
+import re
 import shutil
+import subprocess
 
 import pytest
 
@@ -204,3 +206,65 @@ def test_recipe_at_character_level(raw_corpus, tmp_path):
     assert sum(r["chars"] for r in chars) > 0
     report = (work / "REPORT.md").read_text()
     assert "character level" in report and "by their relative position inside the word" in report
+
+
+def test_a_model_made_with_other_options_or_more_updates_is_refused_not_reused(raw_corpus, baseline_work, tmp_path):
+    """Every trained model is keyed by its command line (but its budget) and start checkpoint, the data by the
+    corpus and its preparation options: a re-run that changes one is refused with the option named, before any
+    work, and nothing is written or reused under the new label (issue 45)."""
+    work = copy_of(baseline_work, tmp_path)
+    recipe(raw_corpus, work, ["--steps", "control", "--threads", "1"])
+    before = {p: os.path.getmtime(p) for p in work.rglob("*") if p.is_file()}
+    for extra, message in (
+            (["--finetune-updates", "10", "--curve-updates", "5", "--steps", "control"],
+             "control in .* has 20 updates, more than this run's --finetune-updates 10"),
+            (["--finetune-lr", "0.001", "--steps", "control,report"], r"--lr 0.0005 \(this run: 0.001\)"),
+            (["--finetune-lr", "0.001", "--steps", "report"], r"control in .* was made with --lr 0.0005"),
+            (["--bpe-merges", "50", "--steps", "baseline"], r"the data in .* was made with --bpe-merges 100 \(this run: 50\)"),
+            (["--seed", "3", "--steps", "baseline"], r"baseline in .* was made with --seed 1 \(this run: 3\)")):
+        proc = recipe(raw_corpus, work, extra + ["--threads", "1"], check=False)
+        assert proc.returncode != 0 and re.search(message, proc.stderr), (extra, proc.stderr[-2000:])
+        assert "Traceback" not in proc.stderr
+    after = {p: os.path.getmtime(p) for p in work.rglob("*") if p.is_file()}
+    assert after == before  # nothing written, nothing remade
+    # the corpus's content is part of the data's key too
+    changed = _corrupt(raw_corpus, tmp_path, lambda d: (d / "train.de").write_text(
+        "x" + (d / "train.de").read_text()))
+    proc = recipe(changed, work, ["--steps", "control", "--threads", "1"], check=False)
+    assert proc.returncode != 0 and "train.de " in proc.stderr and "was made with" in proc.stderr
+
+
+def test_sigterm_stops_the_training_and_releases_the_lock(raw_corpus, baseline_work, tmp_path):
+    """SIGTERM to the recipe stops the fairseq-train it runs (no training left alone in the save dir) and
+    releases the step's lock; a second run of the same step meanwhile is refused; the re-run keeps the stopped
+    run's log (issue 45)."""
+    import signal
+    import time
+
+    work = copy_of(baseline_work, tmp_path)
+    argv = RECIPE + ["--corpus", str(raw_corpus), "-s", "en", "-t", "de", "--work-dir", str(work)] + TINY
+    proc = subprocess.Popen(argv + ["--finetune-updates", "100000", "--curve-updates", "50000", "--steps", "control",
+                                    "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log = work / "logs" / "control.log"
+    deadline = time.time() + 120
+    while time.time() < deadline and "train_inner" not in (log.read_text() if log.exists() else ""):
+        time.sleep(0.5)
+    assert (work / "locks" / "control.lock").read_text() == str(proc.pid)
+    second = run(argv + ["--finetune-updates", "100000", "--curve-updates", "50000", "--steps", "control"],
+                 check=False)
+    assert second.returncode != 0 and f"being run by another recipe run (pid {proc.pid})" in second.stderr
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode != 0 and "stopped by signal SIGTERM" in out, out[-2000:]
+    time.sleep(1)
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert not [line for line in ps.splitlines() if "fairseq-train" in line and str(work) in line]
+    assert not (work / "locks" / "control.lock").exists()
+    # a re-run with a smaller budget is refused (the stopped run saved checkpoints past it); trained again from the
+    # start, as the refusal says, it keeps the stopped run's log beside its own
+    stopped_log = log.read_text()
+    refused = recipe(raw_corpus, work, ["--steps", "control", "--threads", "1"], check=False)
+    assert refused.returncode != 0 and "more than this run's --finetune-updates 20" in refused.stderr
+    shutil.rmtree(work / "control")
+    recipe(raw_corpus, work, ["--steps", "control", "--threads", "1"])
+    assert (work / "logs" / "control.log.1").read_text() == stopped_log and log.read_text() != stopped_log

@@ -167,14 +167,17 @@ def test_speed_lengths_must_fit_the_truncated_positions(tmp_path):
 
 
 def test_a_work_dir_prepared_with_another_truncation_is_refused(tmp_path):
+    check_prepared = corpus.check_prepared
     work = tmp_path / "w"
     work.mkdir()
-    (work / "truncation.json").write_text(json.dumps({"tokens": 0, "splits": {}}))
     data = _data_bin(work / "data-bin", [5, 6], [2, 3])
     c = str(bart_corpus(tmp_path))
-    with pytest.raises(SystemExit, match="was prepared with --truncate-source 0 .* not 4: use a new --work-dir"):
-        lengths.fit(parsed("--corpus", c, "--truncate-source", "4"), WorkDir(str(work)), data)
+    check_prepared(parsed("--corpus", c), WorkDir(str(work)), data)  # the data's key, as the prepare step keeps it
+    with pytest.raises(SystemExit, match=r"the data in .* was made with --truncate-source 0 \(this run: 4\): use a "
+                                         "new --work-dir"):
+        check_prepared(parsed("--corpus", c, "--truncate-source", "4"), WorkDir(str(work)), data)
     a = parsed("--corpus", c)
+    check_prepared(a, WorkDir(str(work)), data)
     lengths.fit(a, WorkDir(str(work)), data)
     assert a.max_source_positions == 1024
 

@@ -326,3 +326,57 @@ def test_l0drop_low_is_l0drop_at_its_own_target_beside_the_same_control():
     assert low[low.index("--l0drop-target-sparsity") + 1] == "0.3"
     assert high[high.index("--l0drop-target-sparsity") + 1] == "0.5"
     assert methods.CONTROL_OF["l0drop_low"] == methods.CONTROL_OF["l0drop"] == "control"
+
+
+def test_a_product_is_made_again_when_a_setting_it_was_made_with_changes(tmp_path, capsys):
+    """WorkDir.produced keys an output by its input checkpoints and its settings (e.g. the command line with
+    --importance-fraction or --seq-kd-shards): a changed setting remakes it and says so; the same settings keep it."""
+    wd = WorkDir(str(tmp_path))
+    made = []
+
+    def make(text):
+        (tmp_path / "mask.json").write_text(text)
+        made.append(text)
+
+    wd.produced("mask.json", [], lambda: make("a"), ["tool --prune-fraction 0.5"])
+    wd.produced("mask.json", [], lambda: make("b"), ["tool --prune-fraction 0.5"])
+    assert made == ["a"]
+    wd.produced("mask.json", [], lambda: make("c"), ["tool --prune-fraction 0.25"])
+    assert made == ["a", "c"] and "mask.json: made again (its settings changed)" in capsys.readouterr().out
+
+
+def test_one_run_per_step_and_a_stale_lock_is_taken_over(tmp_path, capsys):
+    import subprocess
+    import sys
+
+    from fairseq_sparse.recipe.workdir import StepLock
+
+    wd = WorkDir(str(tmp_path))
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (tmp_path / "locks").mkdir()
+        (tmp_path / "locks" / "control.lock").write_text(str(other.pid))
+        with pytest.raises(SystemExit, match=f"step control of .* is being run by another recipe run \\(pid {other.pid}\\)"):
+            with StepLock(wd, ["l0drop", "control"]):
+                pass
+        assert not (tmp_path / "locks" / "l0drop.lock").exists()  # what it took before the refusal is released
+    finally:
+        other.kill()
+        other.wait()
+    with StepLock(wd, ["l0drop", "control"]):  # the owner has gone: its lock is taken over, and said
+        assert (tmp_path / "locks" / "control.lock").read_text() == str(os.getpid())
+    assert "a stale lock of a run that is gone" in capsys.readouterr().out
+    assert sorted(os.listdir(tmp_path / "locks")) == []
+
+
+def test_a_trained_models_key_is_its_command_line_without_the_budget():
+    from fairseq_sparse.recipe.training import BUDGET_OPTIONS
+    from fairseq_sparse.recipe.workdir import command_options, key_changes
+
+    line = "fairseq-train data-bin --lr 0.0005 --max-update 20 --no-epoch-checkpoints -s en --adam-betas '(0.9, 0.98)'"
+    options = command_options(line)
+    assert options == {"args": ["data-bin"], "--lr": "0.0005", "--max-update": "20", "--no-epoch-checkpoints": True,
+                       "-s": "en", "--adam-betas": "(0.9, 0.98)"}
+    assert "--max-update" in BUDGET_OPTIONS and "--lr" not in BUDGET_OPTIONS
+    assert key_changes({"--lr": "0.0005"}, {"--lr": "0.001", "--seed": "2"}) == [
+        "--lr 0.0005 (this run: 0.001)", "--seed (none) (this run: 2)"]
