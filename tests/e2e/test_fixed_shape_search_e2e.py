@@ -1,0 +1,50 @@
+"""``--task translation_fixed_shape`` through fairseq-generate on checkpoints trained by fairseq-train (conftest.py's
+stock transformer and L0Drop fine-tuning): the same lines as ``--task translation`` (hypotheses, scores and
+positional scores within float rounding: fairseq drops finished sentences from the batch, so its matrix products
+run at other shapes) for the options the fixed-shape search accepts, batches with a
+ragged last one; an option it does not support is refused before anything is decoded."""
+import pytest
+
+from test_shared_memory_e2e import generate_argv, per_sentence_lines, run_main
+
+FIXED = ["--task", "translation_fixed_shape"]
+FLAGS = {
+    "beam5_nbest_lenpen_unkpen_ragged": ["--beam", "5", "--nbest", "3", "--lenpen", "0.6", "--unkpen", "1.5",
+                                         "--batch-size", "7"],
+    "greedy_max_len_min_len_no_repeat": ["--beam", "1", "--max-len-a", "0.5", "--max-len-b", "3", "--min-len", "2",
+                                         "--no-repeat-ngram-size", "2", "--batch-size", "16"],
+    "beam4_unnormalized_temperature": ["--beam", "4", "--unnormalized", "--temperature", "1.3", "--max-len-b", "30",
+                                       "--batch-size", "9"],
+}
+
+
+def assert_close(lines, ref):
+    """The same lines, tokens and text exactly, scores within 1e-5 + 1e-6 of their size (an unnormalised score is a
+    sum over up to 200 steps), positional scores within one unit of the 4 decimals fairseq prints."""
+    assert len(lines) == len(ref)
+    for line, want in zip(lines, ref):
+        a, b = line.split("\t"), want.split("\t")
+        assert len(a) == len(b) and a[0] == b[0], (line, want)
+        if a[0].startswith(("H-", "D-")):
+            assert a[2] == b[2] and abs(float(a[1]) - float(b[1])) <= 1e-5 + 1e-6 * abs(float(b[1])), (line, want)
+        elif a[0].startswith("P-"):
+            assert all(abs(float(x) - float(y)) <= 1.01e-4 for x, y in zip(a[1].split(), b[1].split())), (line, want)
+        else:
+            assert a == b
+
+
+@pytest.mark.parametrize("which,name", [("stock", n) for n in sorted(FLAGS)]
+                         + [("l0drop", "beam5_nbest_lenpen_unkpen_ragged"), ("l0drop", "beam4_unnormalized_temperature")])
+def test_fairseq_generate_prints_what_the_translation_task_prints(name, which, stock_transformer_ckpt, l0drop_ckpt,
+                                                                   corpus):
+    argv = generate_argv(corpus, stock_transformer_ckpt if which == "stock" else l0drop_ckpt, FLAGS[name])
+    ref = per_sentence_lines(run_main("generate", argv))
+    assert_close(per_sentence_lines(run_main("generate", argv + FIXED)), ref)
+    if name.startswith("beam5"):  # sentences finish at different steps
+        assert len({len(line.split("\t")[2].split()) for line in ref if line.startswith("H-")}) > 3
+
+
+def test_an_option_it_does_not_support_is_refused_before_decoding(stock_transformer_ckpt, corpus, capsys):
+    with pytest.raises(SystemExit) as e:
+        run_main("generate", generate_argv(corpus, stock_transformer_ckpt, ["--sampling", "--beam", "2", "--nbest", "2"]) + FIXED)
+    assert "does not support --sampling" in str(e.value) and "\n" not in str(e.value)
