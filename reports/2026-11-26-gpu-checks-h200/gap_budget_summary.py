@@ -1,9 +1,9 @@
-"""The table of scripts/experiments/gap_budget_gpu.sh's decodings: for each seed and budget, sacreBLEU (13a, the
+"""The table of reports/2026-11-26-gpu-checks-h200/gap_budget_gpu.sh's decodings: for each seed and budget, sacreBLEU (13a, the
 detokenised hypotheses against the detokenised references of fairseq-generate's output) of the control and of
 L0Drop, the gap with sacrebleu's paired bootstrap, and the share of source states L0Drop prunes at test time
 (its training log's last value at or before that update).
 
-    python scripts/experiments/gap_budget_summary.py OUT       (OUT as given to gap_budget_gpu.sh)
+    python reports/2026-11-26-gpu-checks-h200/gap_budget_summary.py OUT       (OUT as given to gap_budget_gpu.sh)
 """
 import json
 import re

@@ -4,9 +4,9 @@
 # (or MAX_UPDATE updates), checkpoints every SAVE_EVERY updates; then fairseq-generate (beam 5) on the test set at
 # every budget that all runs reached. The training flags are the recipe's (fairseq-sparse-recipe's
 # commands/control.sh and commands/l0drop.sh, 3+3 x 128 by default: ARCH_ARGS) without --cpu. Summary, paired
-# bootstrap: scripts/experiments/gap_budget_summary.py OUT.
+# bootstrap: reports/2026-11-26-gpu-checks-h200/gap_budget_summary.py OUT.
 #
-#   scripts/experiments/gap_budget_gpu.sh DATA_BIN BASELINE_PT OUT [SEEDS]    (DATA_BIN: fairseq-preprocess's folder)
+#   reports/2026-11-26-gpu-checks-h200/gap_budget_gpu.sh DATA_BIN BASELINE_PT OUT [SEEDS]    (DATA_BIN: fairseq-preprocess's folder)
 #
 # Re-running skips a run whose training log says it finished and a decoding that exists.
 set -uo pipefail
