@@ -56,9 +56,22 @@ torch.serialization.add_safe_globals(FAIRSEQ_CHECKPOINT_CLASSES + NUMPY_ARRAY_GL
                                      + _broadcast_globals())
 
 
+class UnreadableCheckpoint(ValueError):
+    """A checkpoint file that torch cannot read (truncated by a full disk or a killed write, or not a checkpoint)."""
+
+
 def read_state(path: str) -> dict:
-    """A checkpoint's contents, tensors memory-mapped (cheap; torch's safe loader)."""
-    return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    """A checkpoint's contents, tensors memory-mapped (cheap; torch's safe loader). A file torch cannot read raises
+    UnreadableCheckpoint naming it (not torch's own error, which names no file)."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except FileNotFoundError:
+        raise
+    except Exception as e:
+        raise UnreadableCheckpoint(
+            f"{path} is not a readable checkpoint ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}): "
+            "it may be truncated (a full disk, a killed write); delete it (a fairseq-train run then starts again "
+            "from its last readable checkpoint, or from the start)") from None
 
 
 def state_updates(state: Mapping) -> Optional[int]:

@@ -12,6 +12,7 @@ dictionaries. See docs/deployment.md.
 """
 import copy
 import json
+import os
 from typing import Dict, List, Mapping, Optional
 
 import torch
@@ -206,7 +207,14 @@ def script_translator(model: nn.Module, task, options: Mapping, metadata: Mappin
 
 
 def save(scripted, path: str, metadata: Mapping):
-    torch.jit.save(scripted, path, _extra_files={METADATA_FILE: json.dumps(dict(metadata), sort_keys=True)})
+    """The artefact written beside PATH and renamed onto it: a full disk or a killed run leaves no half file there."""
+    tmp = f"{path}.tmp"
+    try:
+        torch.jit.save(scripted, tmp, _extra_files={METADATA_FILE: json.dumps(dict(metadata), sort_keys=True)})
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 def read_metadata(path: str) -> dict:

@@ -104,7 +104,13 @@ def main():
     p.add_argument("--long-test", type=int, default=0, help="also write test-long.* with about this many source tokens")
     p.add_argument("--vocabulary", type=int, default=N_CONTENT, help="number of content words")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--overwrite", action="store_true", help="replace the corpus files OUT_DIR holds already")
     a = p.parse_args()
+    present = sorted(f for f in (os.listdir(a.out_dir) if os.path.isdir(a.out_dir) else [])
+                     if f.split(".")[0] in ("train", "valid", "test", "test-long"))
+    if present and not a.overwrite:
+        p.error(f"{a.out_dir} holds a corpus already ({', '.join(present[:4])}{', ...' if len(present) > 4 else ''}): "
+                "pass --overwrite to replace it, or another folder")
     make_corpus(a.out_dir, a.train, a.valid, a.test, a.min_len, a.max_len, a.long_test, a.seed, a.vocabulary)
 
 

@@ -68,6 +68,9 @@ def validate(args) -> dict:
         raise common.ToolError("--beam must be >= 1")
     if args.min_len < 1 or args.max_len_b < 0 or args.max_len_a < 0 or args.no_repeat_ngram_size < 0:
         raise common.ToolError("--min-len must be >= 1; --max-len-a, --max-len-b and --no-repeat-ngram-size >= 0")
+    if args.max_len_a == 0 and args.min_len > args.max_len_b:
+        raise common.ToolError(f"--min-len {args.min_len} is longer than the longest output --max-len-b "
+                               f"{args.max_len_b}: every translation would fail")
     common.check_output_files([("--output", args.output)], args.overwrite, inputs=[args.path], data=args.data)
     common.check_checkpoint_file(args.path)
     if args.data is not None:

@@ -13,6 +13,7 @@ from .report import metric_name, plots_in, render
 from .seqkd import distill_data
 from .speed import speed, speed_results
 from .workdir import StepLock, WorkDir, load_json, save_json
+from ..checkpoint_safety import UnreadableCheckpoint
 
 
 class Recipe:
@@ -141,7 +142,10 @@ def main(argv=None):
         for step in steps:
             start = time.time()
             print(f"== {step}: {STEP_SUMMARY[step]}", flush=True)
-            recipe.step(step)
+            try:
+                recipe.step(step)
+            except UnreadableCheckpoint as e:
+                fail(f"step {step}: {e}")
             print(f"   {step}: {time.time() - start:.0f}s", flush=True)
 
 

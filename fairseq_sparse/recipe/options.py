@@ -332,6 +332,10 @@ def _check_ranges(a):
         return "--distill-weight must lie in [0, 1]"
     if not (math.isfinite(a.distill_temperature) and a.distill_temperature > 0):
         return "--distill-temperature must be a positive number"
+    if a.distill_temperature != 1.0 and not a.distill_weight:
+        return "--distill-temperature is the temperature of the distillation term: it needs --distill-weight > 0"
+    if a.seq_kd_shards != 10 and not a.seq_kd:
+        return "--seq-kd-shards splits the decoding of --seq-kd's data: it needs --seq-kd"
     if not (math.isfinite(a.baseline_minutes) and a.baseline_minutes >= 0):
         return "--baseline-minutes must be a number, at least 0"
     if a.amp and a.device != "cuda":

@@ -213,6 +213,8 @@ def test_refused_before_any_work(stock_transformer_ckpt, tmp_path, capsys):
          "is an input of this command"),
         (["--path", stock_transformer_ckpt, "--output", str(tmp_path / "no" / "dir.pt")], "directory does not exist"),
         (["--path", stock_transformer_ckpt, "--output", str(out), "--beam", "0"], "--beam must be >= 1"),
+        (["--path", stock_transformer_ckpt, "--output", str(out), "--min-len", "500", "--max-len-a", "0",
+          "--max-len-b", "20"], "--min-len 500 is longer than the longest output --max-len-b 20"),
     ]
     for argv, message in cases:
         assert message in refused_in_process(main, argv, capsys), argv

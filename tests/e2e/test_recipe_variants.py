@@ -167,6 +167,8 @@ def test_results_follow_the_checkpoint_that_produced_them(raw_corpus, baseline_w
     (["--steps", "baseline,nonsense"], "unknown step 'nonsense'"),
     (["--layers", "1", "--steps", "composed"], "step composed gates the states between encoder layers"),
     (["--gold-alignments", "/nonexistent/test.align"], "no such file"),
+    (["--distill-temperature", "2"], "--distill-temperature is the temperature of the distillation term: it needs"),
+    (["--seq-kd-shards", "3"], "--seq-kd-shards splits the decoding of --seq-kd's data: it needs --seq-kd"),
 ])
 def test_recipe_refuses_bad_options_before_work(raw_corpus, tmp_path, extra, message, capsys):
     assert message in recipe_refusal(raw_corpus, tmp_path / "work", extra, capsys)

@@ -198,3 +198,23 @@ def test_universal_pos_tags_are_refused(tmp_path):
     assert read_tags(str(path), sentences, "@@") == [["DT", "NN", "VBD"], ["DT", "NN"]]
     path.write_text("DT NN VBD\nDT X\n")  # an odd tag here and there is not a wrong tag set
     assert read_tags(str(path), sentences, "@@")[1] == ["DT", "X"]
+
+
+
+def test_the_synthetic_corpus_tool_never_overwrites_a_corpus(tmp_path, monkeypatch, capsys):
+    from fairseq_sparse import synthetic_corpus
+
+    out = tmp_path / "corpus"
+    monkeypatch.setattr("sys.argv", ["fairseq-sparse-synthetic-corpus", str(out), "--train", "5", "--valid", "2",
+                                     "--test", "2"])
+    synthetic_corpus.main()
+    before = (out / "train.src").read_text()
+    monkeypatch.setattr("sys.argv", ["fairseq-sparse-synthetic-corpus", str(out), "--train", "7", "--seed", "2"])
+    with pytest.raises(SystemExit) as e:
+        synthetic_corpus.main()
+    assert e.value.code == 2 and "holds a corpus already" in capsys.readouterr().err
+    assert (out / "train.src").read_text() == before
+    monkeypatch.setattr("sys.argv", ["fairseq-sparse-synthetic-corpus", str(out), "--train", "7", "--valid", "2",
+                                     "--test", "2", "--overwrite"])
+    synthetic_corpus.main()
+    assert len((out / "train.src").read_text().splitlines()) == 7

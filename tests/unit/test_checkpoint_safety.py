@@ -19,3 +19,18 @@ def test_safe_loader_still_refuses_other_classes(tmp_path):
         torch.save({"model": {}, "extra": payload}, path)
         with pytest.raises(Exception, match="(?i)weights only load failed"):
             torch.load(path, weights_only=True)
+
+
+def test_an_unreadable_checkpoint_is_named_in_one_line(tmp_path):
+    """A checkpoint truncated by a full disk is named, with what to do (torch's own error names no file)."""
+    import torch
+
+    from fairseq_sparse.checkpoint_safety import UnreadableCheckpoint, read_state
+
+    path = tmp_path / "checkpoint_last.pt"
+    torch.save({"model": {"w": torch.zeros(1000)}}, path)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(UnreadableCheckpoint) as e:
+        read_state(str(path))
+    assert str(path) in str(e.value) and "truncated" in str(e.value) and "\n" not in str(e.value)

@@ -55,3 +55,24 @@ def test_flat_linear_is_the_linear_layer_eager_and_scripted(bias):
     model.decoder.output_projection = quantised[0]
     flatten_output_projection(model)
     assert model.decoder.output_projection is quantised[0]  # int8 flattens its input itself
+
+
+def test_a_failed_write_leaves_no_artefact_at_the_output(tmp_path, monkeypatch):
+    """export.save writes beside the output and renames: a write that fails (a full disk) leaves neither a half
+    artefact at the output nor the temporary file; an earlier artefact there is kept."""
+    import torch
+
+    from fairseq_sparse import export
+
+    out = tmp_path / "model.pt"
+    out.write_bytes(b"the earlier artefact")
+
+    def full_disk(obj, path, _extra_files=None):
+        with open(path, "wb") as f:
+            f.write(b"half")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(torch.jit, "save", full_disk)
+    with pytest.raises(OSError):
+        export.save(object(), str(out), {"format": 1})
+    assert out.read_bytes() == b"the earlier artefact" and sorted(p.name for p in tmp_path.iterdir()) == ["model.pt"]
