@@ -12,7 +12,10 @@ from .methods import DEFAULT_STEPS, STEPS
 SPLITS = ("train", "valid", "test")
 DEFAULT_POSITIONS = 1024  # fairseq's --max-source-positions and --max-target-positions
 CHAR_BOUNDARY = "\u2581"  # --char-level's word-boundary symbol: sentencepiece's, so fairseq joins it back
-MAX_TOKENS = {"cpu": 4096, "cuda": 16384}  # --max-tokens by device (on CUDA: several trainings share one GPU well)
+# defaults by device (on CUDA: several trainings share one GPU well; reports/2026-11-27-l0drop-gpu-ddtp-x256)
+MAX_TOKENS = {"cpu": 4096, "cuda": 16384}
+AMP = {"cpu": False, "cuda": True}
+VALIDATE_EVERY = {"cpu": 0, "cuda": 500}
 
 
 def fail(message):
@@ -88,16 +91,18 @@ def _model_and_budget(p):
     g = p.add_argument_group("budgets")
     g.add_argument("--max-tokens", type=int, default=None,
                    help="tokens per training batch (default: 4096 on the CPU, 16384 on CUDA)")
-    g.add_argument("--amp", action="store_true",
-                   help="fairseq's --amp (automatic mixed precision) in every training; CUDA only. Decoding stays "
-                        "fp32, where pruned decoding is exact")
+    g.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None,
+                   help="fairseq's --amp (automatic mixed precision) in every training; CUDA only (default: on with "
+                        "--device cuda, off on the CPU). Decoding stays fp32, where pruned decoding is exact")
     g.add_argument("--lr", type=float, default=2e-3, help="baseline peak learning rate (inverse_sqrt)")
     g.add_argument("--warmup-updates", type=int, default=500)
     g.add_argument("--baseline-updates", type=int, default=2610, help="updates of the baseline and the simplified decoder")
     g.add_argument("--validate-interval", type=int, default=1, help="baseline: validate (BLEU) every N epochs")
-    g.add_argument("--validate-interval-updates", type=int, default=0, metavar="N",
-                   help="baseline: validate (and save) every N updates instead of every --validate-interval epochs "
-                        "(where epochs are short, e.g. large GPU batches); --baseline-patience then counts these")
+    g.add_argument("--validate-interval-updates", type=int, default=None, metavar="N",
+                   help="baseline: validate (and save) every N updates instead of every --validate-interval epochs, "
+                        "where epochs are short (default: 500 with --device cuda, whose 16,384-token batches make an "
+                        "epoch of DDTP en-de about 60 updates; 0, by epoch, on the CPU); --baseline-patience then "
+                        "counts these")
     g.add_argument("--baseline-minutes", type=float, default=0.0, metavar="M",
                    help="training from scratch also stops after M minutes of training (fairseq's --stop-time-hours; "
                         "a run from random weights has no stored time). 0: no wall-clock bound. Fine-tunings are "
@@ -300,10 +305,11 @@ def _heads_target_problem(spec):
 
 
 def _check_ranges(a):
-    """The first numeric option outside its range, as a message, or None; --max-tokens left out gets the device's
-    default."""
-    if a.max_tokens is None:
-        a.max_tokens = MAX_TOKENS[a.device]
+    """The first numeric option outside its range, as a message, or None; --max-tokens, --amp and
+    --validate-interval-updates left out get the device's default."""
+    for name, by_device in (("max_tokens", MAX_TOKENS), ("amp", AMP), ("validate_interval_updates", VALIDATE_EVERY)):
+        if getattr(a, name) is None:
+            setattr(a, name, by_device[a.device])
     for name in ("baseline_updates", "finetune_updates", "curve_updates", "layers", "embed_dim", "ffn_dim", "heads",
                  "max_tokens", "beam", "batch_size", "validate_interval", "speed_batch", "speed_repeats",
                  "importance_sentences", "seq_kd_shards"):

@@ -122,6 +122,10 @@ def test_batch_size_and_mixed_precision_follow_the_device(cuda, capsys):
     assert parse_args(RECIPE).max_tokens == 16384 and parse_args(RECIPE + ["--device", "cpu"]).max_tokens == 4096
     assert parse_args(RECIPE + ["--max-tokens", "3000"]).max_tokens == 3000  # the user's own, on any device
     assert "--amp" in commands.common_train_flags(parse_args(RECIPE + ["--amp"]))
+    on_gpu, on_cpu = parse_args(RECIPE), parse_args(RECIPE + ["--device", "cpu"])
+    assert (on_gpu.amp, on_gpu.validate_interval_updates) == (True, 500)
+    assert (on_cpu.amp, on_cpu.validate_interval_updates) == (False, 0)
+    assert "--amp" not in commands.common_train_flags(parse_args(RECIPE + ["--no-amp"]))
     with pytest.raises(SystemExit):
         parse_args(RECIPE + ["--device", "cpu", "--amp"])
     assert "--amp is mixed precision on CUDA" in capsys.readouterr().err
