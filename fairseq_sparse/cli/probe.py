@@ -23,6 +23,7 @@ anything is loaded. The maths and the training loop are in :mod:`fairseq_sparse.
 import argparse
 import json
 import logging
+import math
 import os
 
 import torch
@@ -219,6 +220,10 @@ def main(argv=None):
     except ValueError as e:  # ToolError, and check_modules' / DecoderModuleRecorder's clear errors
         common.fail(PROG, str(e))
     out = run_probes(args, model, cfg, task, layer_ids, modules, recorder, train_set, valid_set, kinds, settings)
+    diverged = [f"{r['kind']} layer {r['layer']} {r['module']}" for r in out["results"] if not math.isfinite(r["nll"])]
+    if diverged:  # nothing written: a NaN table is not a result
+        common.fail(PROG, f"the probes diverged (non-finite loss: {', '.join(diverged[:3])}"
+                          f"{', ...' if len(diverged) > 3 else ''}): lower --lr (now {settings.lr:g})")
     write_outputs(out, args.output_dir, compare)
     print_summary(out)
     return out

@@ -111,3 +111,16 @@ def test_probe_cli_refuses_existing_outputs_and_truncated_checkpoints(corpus, st
     assert proc.returncode == 2 and "cannot read" in proc.stderr and "truncated or corrupt" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not os.path.exists(fresh)
+
+
+def test_probe_that_diverges_writes_nothing(corpus, stock_transformer_ckpt, tmp_path, capsys):
+    """--lr 1e30 trains the probes to a non-finite loss: refused after training, with what to do, and no NaN table
+    written (issue 45)."""
+    from fairseq_sparse.cli.probe import main
+
+    out = str(tmp_path / "probe")
+    argv = probe_cmd(corpus["bin"], stock_transformer_ckpt, out, ["--lr", "1e30", "--modules", "ifm", "--layers", "1",
+                                                                  "--valid-subset", "test"])[1:]
+    message = refused_in_process(main, argv, capsys)
+    assert "the probes diverged (non-finite loss" in message and "lower --lr" in message
+    assert not os.path.exists(os.path.join(out, "probe.json")) and not os.path.exists(os.path.join(out, "probe.tsv"))
