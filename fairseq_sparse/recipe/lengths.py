@@ -92,6 +92,10 @@ def fit(a, wd, data):
     """Set a.max_source_positions and a.max_target_positions from the prepared data, and refuse before work
     whatever would make fairseq drop a pair or stop on (or skip) a test document. Returns what the report states."""
     lengths = data_lengths(a, data)
+    batches = -(-lengths["train"]["sentences"] // a.batch_size)  # at least this many: each holds <= --batch-size
+    if a.seq_kd and a.seq_kd_shards > batches:  # a shard without a batch would end the decoding in an error
+        fail(f"--seq-kd-shards {a.seq_kd_shards} is more than the training split's {batches} decoding batches "
+             f"({lengths['train']['sentences']} sentences, --batch-size {a.batch_size}): use at most {batches}")
     a.max_source_positions, a.max_target_positions = positions(a.truncate_source, lengths)
     limits = {"source": a.max_source_positions, "target": a.max_target_positions}
     decoded = dict(limits)  # the test split: also what a brought baseline (decoded as it is) can hold

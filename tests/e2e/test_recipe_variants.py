@@ -95,6 +95,15 @@ def test_sequence_level_distillation_data(raw_corpus, baseline_work, tmp_path):
     assert os.path.getmtime(work / "seqkd" / "shard0.tsv") == before  # kept: the baseline did not change
 
 
+def test_more_seq_kd_shards_than_decoding_batches_is_refused_before_work(raw_corpus, baseline_work, tmp_path, capsys):
+    """500 training sentences in batches of 64 are at least 8 decoding batches: 9 shards would leave one empty
+    (fairseq-generate then ended in a ZeroDivisionError after the other shards' work; issue 45)."""
+    work = copy_of(baseline_work, tmp_path)
+    message = recipe_refusal(raw_corpus, work, ["--seq-kd", "--seq-kd-shards", "9", "--steps", "distill_data"], capsys)
+    assert "--seq-kd-shards 9 is more than the training split's 8 decoding batches" in message
+    assert not (work / "seqkd").exists()
+
+
 @pytest.mark.parametrize("edit,message", [
     (lambda d: (d / "valid.de").unlink(), "missing corpus file"),
     (lambda d: (d / "test.de").write_text("one line\n"), "not aligned"),
