@@ -135,18 +135,23 @@ def main(argv=None):
     recipe = checked(argv)
     args = recipe.a
     os.makedirs(recipe.wd.work, exist_ok=True)  # after the checks: a refused run leaves nothing behind
-    for signum in (signal.SIGTERM, signal.SIGHUP):  # as Ctrl-C: the running command is stopped, the locks released
-        signal.signal(signum, _interrupted)
+    # SIGTERM and SIGHUP as Ctrl-C: the running command is stopped and the locks released (the handlers the
+    # process had are put back at the end: main may run inside another program)
+    before = {signum: signal.signal(signum, _interrupted) for signum in (signal.SIGTERM, signal.SIGHUP)}
     steps = list(dict.fromkeys(args.steps.split(",")))
-    with StepLock(recipe.wd, steps):
-        for step in steps:
-            start = time.time()
-            print(f"== {step}: {STEP_SUMMARY[step]}", flush=True)
-            try:
-                recipe.step(step)
-            except UnreadableCheckpoint as e:
-                fail(f"step {step}: {e}")
-            print(f"   {step}: {time.time() - start:.0f}s", flush=True)
+    try:
+        with StepLock(recipe.wd, steps):
+            for step in steps:
+                start = time.time()
+                print(f"== {step}: {STEP_SUMMARY[step]}", flush=True)
+                try:
+                    recipe.step(step)
+                except UnreadableCheckpoint as e:
+                    fail(f"step {step}: {e}")
+                print(f"   {step}: {time.time() - start:.0f}s", flush=True)
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
 
 
 def _interrupted(signum, frame):
