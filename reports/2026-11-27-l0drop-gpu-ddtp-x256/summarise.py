@@ -18,7 +18,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 
 from fairseq_sparse.analysis.plotting import pyplot  # noqa: E402
 from fairseq_sparse.analysis.scores import paired_test  # noqa: E402
-from fairseq_sparse.recipe.evaluation import same_hypotheses  # noqa: E402
+from fairseq_sparse.recipe.evaluation import Evaluation, same_hypotheses  # noqa: E402
+from fairseq_sparse.recipe.workdir import WorkDir  # noqa: E402
 
 METHODS = {"l0drop": "L0Drop, target 0.5", "l0drop_low": "L0Drop, target 0.3",
            "pattern_freq": "freq pattern, rate 0.5 (no gates)"}
@@ -31,13 +32,8 @@ def cached(work, key):
 
 
 def valid_curve(work):
-    curve = []
-    for line in open(os.path.join(work, "logs", "baseline.log")):
-        head, _, body = line.partition("| {")
-        if "| valid " in head and body:
-            v = json.loads("{" + body)
-            curve.append([int(v["valid_num_updates"]), float(v["valid_loss"]), float(v.get("valid_bleu", "nan"))])
-    return curve
+    """The baseline's validations: the recipe's own reading of its fairseq-train log."""
+    return [list(v) for v in Evaluation(None, WorkDir(work), None).valid_curve("baseline")]
 
 
 def compare(control, row):
