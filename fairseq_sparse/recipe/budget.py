@@ -1,24 +1,10 @@
 """The quality gap against the fine-tuning budget: each method and its equal-updates control decoded at the
 same update counts (``--budget-points``), from the checkpoints of one run each."""
-import math
 import os
-from functools import reduce
 
-from .methods import BY_NAME, METHODS
-
-#: decodings whose intermediate checkpoints the budget table can decode as they are (or with heads cut out)
-BUDGET_DECODINGS = ("last", "heads_pruned", "layered")
-
-
-def budget_points(a):
-    return [int(u) for u in a.budget_points.split(",")] if a.budget_points else []
-
-
-def save_interval(a, method):
-    """fairseq's --save-interval-updates of a fine-tuning: a checkpoint at every budget point (and every
-    --curve-updates for the curve and its control); 0: none between the start and the end."""
-    points = budget_points(a) + ([a.curve_updates] if method.checkpoint_every or method.decoding == "curve" else [])
-    return reduce(math.gcd, points) if points else 0
+from .commands import budget_points
+from .evaluation import paired_test_of
+from .methods import BUDGET_DECODINGS, BY_NAME, METHODS
 
 
 def checkpoints_by_updates(wd, name):
@@ -53,8 +39,6 @@ def budget_rows(a, ev, rows):
     """{method: [{updates, score, control, control_score, gap, p_value, l0drop_sparsity, heads_closed}, ...]} for
     every reported fine-tuned method with a control, at every budget point both runs have a checkpoint for
     (heads_closed: the share of gated heads cut out, where they are)."""
-    from .evaluation import paired_test_of
-
     out = {}
     for m in METHODS:
         if m.start is None or m.control is None or m.decoding not in BUDGET_DECODINGS:

@@ -1,14 +1,13 @@
 """Pure builders of the recipe's command lines (lists of strings, relative to the work dir): what a user would
 type, and what the report repeats. Nothing here runs or reads anything."""
 import json
+import math
 import os
-import sys
+from functools import reduce
 
 from .methods import Method, updates_of
 from .options import CHAR_BOUNDARY
-
-USER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.dirname(sys.executable)
+from .paths import BIN, USER_DIR
 
 
 def tool(name):
@@ -103,12 +102,22 @@ def train_from_scratch(a, data, m: Method):
             + (["--stop-time-hours", f"{a.baseline_minutes / 60:.6g}"] if a.baseline_minutes else []))
 
 
+def budget_points(a):
+    """The update counts of --budget-points (none: [])."""
+    return [int(u) for u in a.budget_points.split(",")] if a.budget_points else []
+
+
+def save_interval(a, method):
+    """fairseq's --save-interval-updates of a fine-tuning: a checkpoint at every budget point (and every
+    --curve-updates for the curve and its control); 0: none between the start and the end."""
+    points = budget_points(a) + ([a.curve_updates] if method.checkpoint_every or method.decoding == "curve" else [])
+    return reduce(math.gcd, points) if points else 0
+
+
 def finetune(a, data, m: Method, resume=False):
     """fairseq-train from the method's start model (the same optimiser, criterion, learning rate and batches for
     every method and its control). ``resume``: an interrupted run goes on from its checkpoint_last. Bounded by
     updates only: fairseq's --stop-time-hours would count the training time stored in the start checkpoint."""
-    from .budget import save_interval
-
     save_every = save_interval(a, m)  # checkpoints within the run (one may fall on an epoch's end)
     every = save_every > 0
     start = [] if resume else ["--finetune-from-model", f"{m.start}/checkpoint_best.pt"]

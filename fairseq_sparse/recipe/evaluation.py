@@ -6,9 +6,8 @@ import re
 import statistics
 
 from . import commands
-from .budget import BUDGET_DECODINGS
 from .lengths import check_decoded
-from .methods import BY_NAME, Method
+from .methods import BUDGET_DECODINGS, BY_NAME, Method
 from .options import CHAR_BOUNDARY, decoding_changes
 from .workdir import checkpoint_identity
 from ..analysis.scores import corpus_score, scorer_identity

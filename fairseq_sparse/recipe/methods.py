@@ -14,6 +14,8 @@ from typing import Callable, List, Optional, Tuple
 #:   importance: the importance step's pruned checkpoint (no training)
 #:   curve: every checkpoint of a target schedule (fairseq-sparse-sparsity-curve)
 DECODINGS = ("best", "last", "heads_pruned", "layered", "importance", "curve")
+#: decodings whose intermediate checkpoints the budget table can decode as they are (or with heads cut out)
+BUDGET_DECODINGS = ("last", "heads_pruned", "layered")
 
 
 def _none(a) -> List[str]:

@@ -4,7 +4,8 @@ import os
 import sys
 
 from .methods import BY_NAME, updates_of
-from .workdir import REPO, load_json
+from .paths import REPO
+from .workdir import load_json
 
 BENCHMARKS = os.path.join(REPO, "benchmarks")
 

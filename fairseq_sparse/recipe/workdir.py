@@ -8,10 +8,8 @@ import shlex
 import subprocess
 import sys
 
-from .commands import BIN, USER_DIR
 from .options import fail
-
-REPO = os.path.dirname(USER_DIR)
+from .paths import BIN, REPO
 
 
 def load_json(path, default=None):

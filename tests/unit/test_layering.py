@@ -5,7 +5,9 @@
 * analysis imports, of the plugin, only analysis itself, modules/ (the maths) and the top-level modules
   (checkpoint reading): no criterion, model, optimiser or task internals, no tool;
 * a tool imports no other tool: cli/common.py is the tools' shared helper (and imports no tool), the recipe
-  imports no cli module but cli/common.py, and no cli module imports the recipe.
+  imports no cli module but cli/common.py, and no cli module imports the recipe;
+* no import cycle in the package, counting imports inside functions too (one there only hides a cycle until a
+  refactoring moves it to the top).
 """
 import ast
 import os
@@ -123,3 +125,115 @@ def test_layers_point_one_way():
 ])
 def test_the_rules_catch_upward_and_sideways_imports(name, source, bad):
     assert bool(violations(name, imported(source, name, False))) == bad
+
+
+def module_imports(source, name, is_package, known):
+    """The package's modules (among ``known``) that module ``name`` imports, at module level or in functions:
+    ``from a import b`` is a.b where that is a module, else a; a package's parents, which Python imports first
+    whatever the import, are not counted unless named."""
+    package = name if is_package else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1] + ([node.module] if node.module else []))
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+        elif (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None))
+              in ("import_module", "__import__") and node.args and isinstance(node.args[0], ast.Constant)):
+            targets = [node.args[0].value]
+        else:
+            continue
+        yield from (t for t in targets if t in known and t != name)
+
+
+def import_cycles(graph):
+    """One cycle, as [a, b, ..., a], through each strongly connected group of ``graph`` ({module: set of
+    modules}) of two modules or more (Tarjan's algorithm, then a path back to the group's first module)."""
+    index, low, stack, on_stack, groups = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.add(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(group)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return [_cycle_in(graph, group) for group in groups]
+
+
+def _cycle_in(graph, group):
+    """The shortest way from the group's first module round to itself, inside the group (breadth first)."""
+    start = min(group)
+    paths, seen = [[start]], set()
+    while paths:
+        path = paths.pop(0)
+        for w in sorted(graph.get(path[-1], ())):
+            if w == start:
+                return path + [start]
+            if w in group and w not in seen:
+                seen.add(w)
+                paths.append(path + [w])
+    raise AssertionError(f"no cycle through {start}")  # not reached: a group of two or more holds one
+
+
+def package_graph():
+    modules = list(package_modules())
+    known = {name for name, _, _ in modules}
+    graph = {}
+    for name, path, is_package in modules:
+        with open(path, encoding="utf-8") as f:
+            graph[name] = set(module_imports(f.read(), name, is_package, known))
+    return graph
+
+
+def test_no_import_cycle_in_the_package():
+    graph = package_graph()
+    assert "fairseq_sparse.recipe.commands" in graph["fairseq_sparse.recipe.evaluation"]  # the graph is read
+    cycles = import_cycles(graph)
+    assert not cycles, "import cycles (imports in functions counted):\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+KNOWN = {"p", "p.a", "p.b", "p.c", "p.sub", "p.sub.d"}
+
+
+@pytest.mark.parametrize("name, source, expected", [
+    ("p.a", "from . import b\nfrom .c import f", {"p.b", "p.c"}),
+    ("p.a", "def f():\n    from .b import g", {"p.b"}),
+    ("p.a", "import p.sub.d\nimport os", {"p.sub.d"}),
+    ("p.sub.d", "from .. import c\nfrom ..b import x", {"p.c", "p.b"}),
+    ("p.sub", "from . import d", {"p.sub.d"}),
+    ("p.a", "from . import __doc__", {"p"}),
+    ("p.a", "import importlib\nimportlib.import_module('p.c')", {"p.c"}),
+])
+def test_imports_are_resolved_to_the_packages_modules(name, source, expected):
+    assert set(module_imports(source, name, name == "p.sub", KNOWN)) == expected
+
+
+@pytest.mark.parametrize("graph, expected", [
+    ({"a": {"b"}, "b": {"c"}, "c": set()}, []),
+    ({"a": {"b"}, "b": {"a"}}, [["a", "b", "a"]]),
+    ({"a": {"b", "x"}, "b": {"c"}, "c": {"a"}, "x": {"y"}, "y": {"x"}}, [["x", "y", "x"], ["a", "b", "c", "a"]]),
+    ({"a": {"b"}, "b": {"c", "d"}, "c": {"a"}, "d": {"b"}}, [["a", "b", "c", "a"]]),
+])
+def test_every_cycle_is_found_and_named(graph, expected):
+    assert import_cycles(graph) == expected

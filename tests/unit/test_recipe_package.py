@@ -129,7 +129,7 @@ def test_distillation_and_patience_flags():
 
 
 def test_budget_points_set_the_checkpoint_interval_of_every_fine_tuning():
-    from fairseq_sparse.recipe.budget import save_interval
+    from fairseq_sparse.recipe.commands import save_interval
 
     a = options("--budget-points", "600,2000,6000", "--finetune-updates", "6000", "--curve-updates", "2000")
     assert save_interval(a, methods.BY_NAME["l0drop"]) == 200  # gcd of the points

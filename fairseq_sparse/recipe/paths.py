@@ -1,0 +1,11 @@
+"""Where the recipe finds what it runs: the plugin's directory (fairseq's --user-dir), the console scripts of the
+environment it runs in, and the repository around the package. A leaf: it imports nothing of the recipe."""
+import os
+import sys
+
+#: the plugin package (fairseq's --user-dir)
+USER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: the console scripts of the environment the recipe runs in
+BIN = os.path.dirname(sys.executable)
+#: the checkout around the package (a wheel install has none: the site-packages directory)
+REPO = os.path.dirname(USER_DIR)
