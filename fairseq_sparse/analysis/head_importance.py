@@ -27,7 +27,8 @@ norm)") each layer's vector (I_h)_h is divided by its l2 norm.
 BLEU: generation with fairseq's SequenceGenerator (``task.build_generator``), hypotheses and
 references detokenised with the target dictionary's ``string(tokens, bpe_symbol)``, corpus BLEU with
 sacrebleu (``tokenize="none"`` on the tokenised text reproduces the paper's tokenised BLEU).
-Significance: sacrebleu's paired bootstrap resampling (Koehn 2004; paper: 1000 resamples, p < 0.01).
+Significance: sacrebleu's paired bootstrap resampling (Koehn 2004; paper: 1000 resamples, p < 0.01). BLEU and the
+test are the package's one scorer, :mod:`.scores`.
 """
 import math
 from collections import OrderedDict
@@ -38,6 +39,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .scores import bleu, bleu_metric, paired_bootstraps
 from ..modules.head_gates import (ATTENTION_TYPES, HeadKey, HeadlessAttention, attention_modules,
                                   enable_head_scaling, head_ids, head_layout, masks_to_matrix, set_head_masks)
 
@@ -309,8 +311,6 @@ class BleuEvaluator:
 
     def __init__(self, model, task, subset: str, sentence_ids: Sequence[int], gen_args, batch_size: int = 32,
                  bpe_symbol: Optional[str] = None, tokenize: str = "none", progress=None):
-        from sacrebleu.metrics import BLEU
-
         self.model, self.task, self.subset = model, task, subset
         self.dataset = task.dataset(subset)
         self.ids = list(sentence_ids)
@@ -319,7 +319,7 @@ class BleuEvaluator:
         self.tgt_dict = task.target_dictionary
         self.bpe_symbol = bpe_symbol
         self.tokenize = tokenize
-        self.bleu = BLEU(tokenize=tokenize)
+        self.bleu = bleu_metric(tokenize)  # its signature names the scores
         self.generator = task.build_generator([model], gen_args)
         self.progress = progress
         order = sorted(self.ids, key=lambda i: -int(self.dataset.src_sizes[i]))
@@ -351,7 +351,7 @@ class BleuEvaluator:
         return [by_id[i] for i in self.ids]
 
     def score(self, hyps: Sequence[str]) -> float:
-        return float(self.bleu.corpus_score(list(hyps), [self.refs]).score)
+        return bleu(hyps, self.refs, metric=self.bleu)
 
     def evaluate(self, masks: Optional[Dict[HeadKey, Tensor]]) -> dict:
         """{"bleu": corpus BLEU, "hyps": hypotheses in ``sentence_ids`` order} (cached per mask)."""
@@ -360,30 +360,6 @@ class BleuEvaluator:
             hyps = self.hypotheses(masks)
             self.cache[sig] = {"bleu": self.score(hyps), "hyps": hyps}
         return self.cache[sig]
-
-
-def paired_bootstrap(refs: Sequence[str], baseline: Sequence[str], systems: Sequence[Sequence[str]],
-                     tokenize: str = "none", n_samples: int = 1000) -> List[float]:
-    """p-value of each system's BLEU difference to ``baseline`` (sacrebleu's paired bootstrap resampling,
-    Koehn 2004, as Moses' bootstrap-hypothesis-difference-significance.pl; seed: $SACREBLEU_SEED, 12345)."""
-    if not systems:
-        return []
-    import logging
-
-    from sacrebleu.metrics import BLEU
-    from sacrebleu.significance import PairedTest
-
-    named = [("baseline", list(baseline))] + [(f"system{i}", list(s)) for i, s in enumerate(systems)]
-    logger = logging.getLogger("sacrebleu")
-    level = logger.level
-    logger.setLevel(logging.WARNING)  # sacrebleu logs a line per system
-    try:
-        _, scores = PairedTest(named, {"BLEU": BLEU(tokenize=tokenize)}, [list(refs)], test_type="bs",
-                               n_samples=n_samples)()
-    finally:
-        logger.setLevel(level)
-    (name,) = [k for k in scores if k != "System"]
-    return [float(r.p_value) for r in scores[name][1:]]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -405,7 +381,8 @@ def ablate_heads(evaluator: BleuEvaluator, layout: Dict[HeadKey, int], types: Se
                      "delta": res["bleu"] - base["bleu"]})
         hyps.append(res["hyps"])
     if n_bootstrap > 0:
-        pvals = paired_bootstrap(evaluator.refs, base["hyps"], hyps, evaluator.tokenize, n_bootstrap)
+        tests = paired_bootstraps(base["hyps"], hyps, evaluator.refs, evaluator.tokenize, n_bootstrap)
+        pvals = [t["p_value"] for t in tests]
     else:  # no significance test wanted
         pvals = [None] * len(rows)
     for row, p in zip(rows, pvals):
@@ -443,7 +420,8 @@ def keep_one_per_layer(evaluator: BleuEvaluator, layout: Dict[HeadKey, int], typ
                      "delta": best_bleu - base["bleu"], "heads": n,
                      "bleu_per_kept_head": {str(h): s for s, _, h, _ in scores}})
         hyps.append(best["hyps"])
-    pvals = paired_bootstrap(evaluator.refs, base["hyps"], hyps, evaluator.tokenize, n_bootstrap)
+    tests = paired_bootstraps(base["hyps"], hyps, evaluator.refs, evaluator.tokenize, n_bootstrap)
+    pvals = [t["p_value"] for t in tests]
     for row, p in zip(rows, pvals):
         row["p_value"] = p
         row["significant"] = bool(p < alpha)

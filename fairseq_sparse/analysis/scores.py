@@ -22,9 +22,7 @@ def corpus_score(metric, hyps, refs, tokenize="13a", rouge_impl="python", sample
     ROUGE-1.5.5, see :func:`rouge_perl`). Details: {"rouge1", "rouge2", "rougeLsum", "rouge_ci95": {kind:
     [low, high]} (bootstrap 95% interval over documents, ``samples`` resamples), "rouge_scorer"}, in points."""
     if metric == "bleu":
-        import sacrebleu
-
-        score = round(sacrebleu.corpus_bleu(hyps, [refs], tokenize=tokenize).score, 2)
+        score = round(bleu(hyps, refs, tokenize), 2)
         return score, {"bleu": score}
     if len(hyps) != len(refs) or not hyps:
         raise ValueError(f"ROUGE needs one reference per hypothesis and at least one: {len(hyps)} hypotheses, "
@@ -33,6 +31,21 @@ def corpus_score(metric, hyps, refs, tokenize="13a", rouge_impl="python", sample
         raise ValueError(f"rouge_impl {rouge_impl!r}: expected one of {', '.join(ROUGE_SCORER)}")
     details = (rouge_python if rouge_impl == "python" else rouge_perl)(hyps, refs, samples)
     return details["rougeLsum"], {**details, "rouge_scorer": ROUGE_SCORER[rouge_impl].format(samples=samples)}
+
+
+def bleu_metric(tokenize="13a"):
+    """sacrebleu's BLEU as the package computes it everywhere: sacrebleu's defaults (4-grams, exp smoothing, case
+    kept), one reference per hypothesis; ``tokenize``: '13a' for detokenised text, 'none' for tokens (ValueError
+    for a tokenizer sacrebleu does not know). Its ``get_signature()`` names the score once it has scored."""
+    from sacrebleu.metrics import BLEU
+
+    return BLEU(tokenize=tokenize)
+
+
+def bleu(hyps, refs, tokenize="13a", metric=None):
+    """sacrebleu's corpus BLEU of hypotheses against one reference each, unrounded (``metric``: a
+    :func:`bleu_metric` to score with, whose signature then names the score; else one of ``tokenize``)."""
+    return float((metric or bleu_metric(tokenize)).corpus_score(list(hyps), [list(refs)]).score)
 
 
 def scorer_identity(metric, rouge_impl="python"):
@@ -154,18 +167,32 @@ def paired_bootstrap(control_hyps, method_hyps, refs, tokenize="13a", samples=10
     """sacrebleu's paired bootstrap resampling (Koehn 2004; the Moses script's test, seed 12345 unless
     SACREBLEU_SEED says otherwise) of a method's BLEU against its control's on the same references:
     {"delta": method - control, "p_value", "mean", "ci95": half-width of the method's 95% interval}."""
+    (test,) = paired_bootstraps(control_hyps, [method_hyps], refs, tokenize, samples)
+    return {"delta": round(test["delta"], 2), "p_value": round(test["p_value"], 4), "mean": round(test["mean"], 2),
+            "ci95": round(test["ci95"], 2), "samples": samples}
+
+
+def paired_bootstraps(control_hyps, methods_hyps, refs, tokenize="13a", samples=1000):
+    """:func:`paired_bootstrap` of each of several methods against one control, unrounded, in one sacrebleu test
+    (each method is resampled as if tested alone: the same seed, the control's statistics computed once)."""
+    if not methods_hyps:
+        return []
     import logging
 
-    from sacrebleu.metrics import BLEU
     from sacrebleu.significance import PairedTest
 
-    logging.getLogger("sacrebleu").setLevel(logging.WARNING)  # its progress lines are not results
-    test = PairedTest([("control", list(control_hyps)), ("method", list(method_hyps))],
-                      {"BLEU": BLEU(tokenize=tokenize)}, [list(refs)], test_type="bs", n_samples=samples)
-    _, scores = test()
-    control, method = scores["BLEU"]
-    return {"delta": round(method.score - control.score, 2), "p_value": round(float(method.p_value), 4),
-            "mean": round(float(method.mean), 2), "ci95": round(float(method.ci), 2), "samples": samples}
+    named = [("control", list(control_hyps))] + [(f"method{i}", list(h)) for i, h in enumerate(methods_hyps)]
+    logger = logging.getLogger("sacrebleu")
+    level = logger.level
+    logger.setLevel(logging.WARNING)  # its progress lines (one per method) are not results
+    try:
+        _, scores = PairedTest(named, {"BLEU": bleu_metric(tokenize)}, [list(refs)], test_type="bs",
+                               n_samples=samples)()
+    finally:
+        logger.setLevel(level)
+    control, *methods = scores["BLEU"]
+    return [{"delta": m.score - control.score, "p_value": float(m.p_value), "mean": float(m.mean),
+             "ci95": float(m.ci), "samples": samples} for m in methods]
 
 
 def paired_bootstrap_rouge(control_hyps, method_hyps, refs, samples=1000):

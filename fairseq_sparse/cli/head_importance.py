@@ -29,6 +29,7 @@ import logging
 import os
 
 from fairseq_sparse.analysis import head_importance as hi
+from fairseq_sparse.analysis.scores import bleu_metric
 from fairseq_sparse.cli import common
 from fairseq_sparse.cli.common import ToolError
 from fairseq_sparse.modules.head_gates import (ATTENTION_TYPES, check_head_mask, head_layout, read_head_mask,
@@ -189,8 +190,7 @@ def check_options(args):
     if getattr(args, "min_heads_per_layer", 0) < 0:
         raise ToolError("--min-heads-per-layer must be >= 0")
     try:
-        from sacrebleu.metrics import BLEU
-        BLEU(tokenize=args.sacrebleu_tokenize)
+        bleu_metric(args.sacrebleu_tokenize)
     except Exception as e:
         raise ToolError(f"--sacrebleu-tokenize {args.sacrebleu_tokenize!r}: {e}") from None
     if getattr(args, "write_mask", None) is not None or getattr(args, "prune_fraction", None) is not None:

@@ -32,6 +32,7 @@ import os
 
 from fairseq_sparse.analysis import sparsity_curve as sc
 from fairseq_sparse.analysis import token_types as tt
+from fairseq_sparse.analysis.scores import bleu_metric
 from fairseq_sparse.cli import common
 from fairseq_sparse.cli.common import ToolError
 
@@ -116,8 +117,7 @@ def check_options(args):
         if v is not None and v < 1:
             raise ToolError(f"--{name.replace('_', '-')} must be >= 1")
     try:
-        from sacrebleu.metrics import BLEU
-        BLEU(tokenize=args.sacrebleu_tokenize)
+        bleu_metric(args.sacrebleu_tokenize)
     except Exception as e:
         raise ToolError(f"--sacrebleu-tokenize {args.sacrebleu_tokenize!r}: {e}") from None
 

@@ -119,3 +119,38 @@ def test_head_mask_malformed_files_give_value_errors(tmp_path):
     assert {k: v.tolist() for k, v in masks.items()} == {("enc", 0): [1.0, 0.0], ("enc", 1): [0.5, 1.0],
                                                          ("dec", 0): [1.0, 1.0], ("encdec", 0): [0.0, 0.0]}
     assert masks_to_matrix(masks, LAYOUT) == {"enc": [[1, 0], [0.5, 1]], "dec": [[1, 1]], "encdec": [[0, 0]]}
+
+
+# ----------------------------------------------------------------------------------------------
+# one BLEU and one paired bootstrap (analysis.scores) for the recipe and the head tools alike
+
+REFS = ["the cat sat on the mat", "a dog ran in the park today", "it rained all day long", "we went home early",
+        "the house is very old", "she reads a book", "they play football on sunday", "my brother likes tea"]
+CONTROL = ["the cat sat on a mat", "a dog ran in the park", "it rained all day", "we went home early",
+           "the house is old", "she reads the book", "they play football on sunday", "my brother likes the tea"]
+WORSE = ["cat mat", "dog park", "rain day", "went home", "house old", "reads book", "play sunday", "brother tea"]
+CLOSE = CONTROL[:7] + ["my brother likes tea"]
+
+
+def test_the_head_tools_score_bleu_and_test_it_with_the_recipes_scorer():
+    import sacrebleu
+    from sacrebleu.significance import PairedTest
+
+    from fairseq_sparse.analysis.scores import bleu, corpus_score, paired_bootstrap, paired_bootstraps
+
+    assert not hasattr(hi, "paired_bootstrap")  # no second implementation beside the scores module's
+    for tokenize in ("13a", "none"):
+        exact = sacrebleu.corpus_bleu(CONTROL, [REFS], tokenize=tokenize).score
+        assert bleu(CONTROL, REFS, tokenize) == exact and corpus_score("bleu", CONTROL, REFS, tokenize)[0] == round(exact, 2)
+    # the head tools' former test: every system in one sacrebleu PairedTest against the baseline, p unrounded
+    named = [("baseline", CONTROL), ("system0", WORSE), ("system1", CLOSE)]
+    _, former = PairedTest(named, {"BLEU": sacrebleu.BLEU(tokenize="none")}, [REFS], test_type="bs", n_samples=200)()
+    tests = paired_bootstraps(CONTROL, [WORSE, CLOSE], REFS, "none", 200)
+    assert [t["p_value"] for t in tests] == [float(r.p_value) for r in former["BLEU"][1:]]
+    assert tests[0]["p_value"] < 0.05 < tests[1]["p_value"] and paired_bootstraps(CONTROL, [], REFS) == []
+    # each method is tested as if alone: the recipe's rounded single test is the same test
+    for method, test in zip((WORSE, CLOSE), tests):
+        alone = paired_bootstrap(CONTROL, method, REFS, "none", 200)
+        assert alone == {"delta": round(test["delta"], 2), "p_value": round(test["p_value"], 4),
+                         "mean": round(test["mean"], 2), "ci95": round(test["ci95"], 2), "samples": 200}
+        assert alone["delta"] == round(bleu(method, REFS, "none") - bleu(CONTROL, REFS, "none"), 2)
