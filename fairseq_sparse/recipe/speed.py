@@ -4,10 +4,8 @@ import os
 import sys
 
 from .methods import BY_NAME, updates_of
-from .paths import REPO
+from .paths import BENCHMARKS, SPEED_SCRIPTS
 from .workdir import load_json
-
-BENCHMARKS = os.path.join(REPO, "benchmarks")
 
 
 def timing_flags(a):
@@ -25,14 +23,14 @@ def benchmark_runs(a, wd, data):
     shapes = ["--layers", str(a.layers), "--dim", str(a.embed_dim), "--heads", str(a.heads), "--ffn",
               str(a.ffn_dim), "--vocab", str(vocab)]
     runs = [("l0drop", wd.finished("l0drop", updates_of(BY_NAME["l0drop"], a)),
-             ["l0drop_decoding.py", "--path", "l0drop/checkpoint_last.pt", "--data", data,
+             ["--path", "l0drop/checkpoint_last.pt", "--data", data,
               "--gen-subset", "test", "--lengths", a.speed_lengths, "--batch-size", "10"]),
             ("heads", os.path.exists(wd.path("importance", "mask.json")),
-             ["head_pruning.py", "--from-mask", "importance/mask.json", "--batch-sizes", str(a.speed_batch),
+             ["--from-mask", "importance/mask.json", "--batch-sizes", str(a.speed_batch),
               "--no-bound"] + shapes),
             ("simplified", wd.finished("simplified", a.baseline_updates),
-             ["simplified_decoder.py", "--no-bleu", "--batch-size", str(a.speed_batch)] + shapes)]
-    return [(name, ready, [sys.executable, os.path.join(BENCHMARKS, cmd[0])] + cmd[1:] + timing
+             ["--no-bleu", "--batch-size", str(a.speed_batch)] + shapes)]
+    return [(name, ready, [sys.executable, os.path.join(BENCHMARKS, SPEED_SCRIPTS[name])] + cmd + timing
              + ["--json", f"speed/{name}.json"]) for name, ready, cmd in runs]
 
 
