@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
-"""One table and one plot over the work dirs of scripts/experiments/quality_budget.sh: every method's gap to its
+"""One table and one plot over the work dirs of quality_budget.sh (this folder): every method's gap to its
 equal-updates control at each budget point, without and with distillation, per seed (each work dir's
 results.json, as its REPORT.md shows it), and the mean over seeds.
 
-    .venv/bin/python scripts/experiments/quality_budget_summary.py OUT      # writes OUT/SUMMARY.md, OUT/gap.png
+    .venv/bin/python reports/2026-11-24-l0drop-gap-pilot-kd/quality_budget_summary.py OUT
+    # writes OUT/SUMMARY.md, OUT/gap.png
 
 or over any recipe work dirs, each under a label (e.g. variants of one method against one control; the seed is
 each run's --seed):
 
-    .venv/bin/python scripts/experiments/quality_budget_summary.py OUT zero=WORK1 mask=WORK2 ...
+    .venv/bin/python reports/2026-11-24-l0drop-gap-pilot-kd/quality_budget_summary.py OUT zero=WORK1 mask=WORK2 ...
 """
 import glob
 import json

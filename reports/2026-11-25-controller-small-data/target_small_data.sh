@@ -4,7 +4,7 @@
 # plugin's optimiser for 400 updates, at two batch sizes (--max-tokens 3000 and 600: few and many updates per
 # epoch). Prints the g_hat share of the valid and test source states pruned (eval mode, every sentence).
 #
-#   scripts/experiments/target_small_data.sh OUT [SEEDS]        about 5 minutes per seed on one core
+#   reports/2026-11-25-controller-small-data/target_small_data.sh OUT [SEEDS]        about 5 minutes per seed on one core
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=$1 SEEDS=${2:-1}

@@ -5,7 +5,7 @@
 # from the baseline (the control gets the same teacher), for each seed. Resumable: re-run the same command; every
 # finished step is skipped, an interrupted fairseq-train resumes from its checkpoint_last.pt.
 #
-#   scripts/experiments/quality_budget.sh CORPUS SRC TGT OUT [SEEDS]      e.g. ... ddtp/en-de en de runs/ddtp "1 2"
+#   reports/2026-11-24-l0drop-gap-pilot-kd/quality_budget.sh CORPUS SRC TGT OUT [SEEDS]      e.g. ... ddtp/en-de en de runs/ddtp "1 2"
 #
 # Each OUT/<distill>_seed<S>/REPORT.md holds the gap-against-budget table (budget/gap.png) with sacrebleu's paired
 # bootstrap. Sizes and budgets: the variables below (environment overrides them).

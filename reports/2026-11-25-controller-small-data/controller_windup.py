@@ -5,7 +5,7 @@ relaxes while it runs, as it does when the model learns to do without the pruned
 reward for every open gate that decays as exp(-update / DECAY), and the controller's multipliers. Prints the
 held-out share of pruned tokens every 100 updates and its maximum, for a few values of LAMBDA1_SCALE.
 
-    .venv/bin/python scripts/experiments/controller_windup.py            # about a minute on one core
+    .venv/bin/python reports/2026-11-25-controller-small-data/controller_windup.py    # about a minute on one core
 """
 import torch
 
