@@ -524,7 +524,7 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
             if abs(share - target) > LAG_TOLERANCE:
                 logger.warning("%s: sparsity %.2f after %d updates, target %.2f: the gates move slowly. With "
                                "--optimizer adam they move at the model's --lr; --optimizer adam_sparsity gives them "
-                               "and the multipliers --sparsity-lr (README, 'Target sparsity').",
+                               "and the multipliers --sparsity-lr (docs/training-options.md#target-sparsity).",
                                key, share, updates, target)
 
     def load_state_dict(self, state_dict, strict=True):
