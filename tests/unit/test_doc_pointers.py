@@ -1,6 +1,6 @@
-"""The package's pointers into the manual hold: every ``README.md`` or ``docs/X.md`` that a string in
-fairseq_sparse/ names (a message, a --help text, a docstring) exists, and its ``#anchor``, where it has one, is the
-GitHub slug of one of the file's headings; the older form ``(README, 'Section')`` names a heading that exists.
+"""The package's pointers into the manual hold: every ``README.md``, ``docs/X.md`` or ``reports/X/Y.md`` that a
+string in fairseq_sparse/ names (a message, a --help text, a docstring) exists, and its ``#anchor``, where it has
+one, is the GitHub slug of one of the file's headings; the older form ``(README, 'Section')`` names a heading that exists.
 Read with ``ast``: nothing imported."""
 import ast
 import os
@@ -11,7 +11,7 @@ import pytest
 from conftest import REPO
 
 PACKAGE = os.path.join(REPO, "fairseq_sparse")
-POINTER = re.compile(r"(?<![\w/.-])((?:docs/[\w./-]+|README)\.md)(?:#([\w-]+))?")
+POINTER = re.compile(r"(?<![\w/.-])((?:(?:docs|reports)/[\w./-]+|README)\.md)(?:#([\w-]+))?")
 SECTION = re.compile(r"(?<![\w/.-])(README|docs/[\w./-]+\.md)(?:\.md)?,? '([^']+)'")
 HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
 LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
@@ -124,8 +124,10 @@ DOC = """# Title
     ("README.md#setup", True),
     ("the moved section (README, 'Target sparsity')", False),
     ("the moved section (README, 'Setup')", True),
-    ("WORK/REPORT.md and reports/x/README.md#anything", False),  # not the manual's
+    ("WORK/REPORT.md and runs/reports/x/README.md#anything", False),  # not the repository's
+    ("reports/x/README.md#title", False),
+    ("reports/y/README.md", True),
 ])
 def test_a_pointer_to_a_missing_file_or_heading_is_caught(text, bad):
-    files = {"docs/a.md": DOC, "README.md": DOC}
+    files = {"docs/a.md": DOC, "README.md": DOC, "reports/x/README.md": DOC}
     assert bool(pointer_problems("x.py:1", text, files.get)) == bad
