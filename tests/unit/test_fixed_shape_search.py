@@ -7,7 +7,10 @@ import math
 import pytest
 import torch
 
-from fairseq_sparse.fixed_shape_search import FixedShapeSequenceGenerator
+from fairseq.modules import MultiheadAttention
+
+from fairseq_sparse.fixed_shape_search import FixedShapeSequenceGenerator, StaticCacheSelfAttention
+from fairseq_sparse.modules.head_gates import attention_modules, prune_heads
 from fairseq_sparse.tasks.translation_fixed_shape import TranslationFixedShapeConfig, TranslationFixedShapeTask
 from test_shared_memory import build, generation_args, sources
 
@@ -24,11 +27,25 @@ ARCHITECTURES = {
     "simplified decoder": ("transformer_simplified_decoder",),
     "composed": ("transformer_l0drop", "--simplified-decoder", "--l0drop-between-layers",
                  "--head-gates", "enc,dec,encdec"),
+    "head-pruned, other head counts per layer": ("transformer_head_gates", "--head-gates", "enc,dec,encdec"),
+    "coverage attention (state per hypothesis)": ("transformer_l0drop", "--encdec-attention-coverage"),
+    "sparsemax attention": ("transformer_head_gates", "--encdec-attention-normaliser", "sparsemax"),
 }
 
 
+def built(name, eos_scale):
+    """The architecture with random weights; the head-pruned one physically pruned to other head counts per layer
+    (one layer of each attention type left with none)."""
+    model, d = build(*ARCHITECTURES[name], eos_scale=eos_scale)
+    if name.startswith("head-pruned"):
+        keep = {key: list(range(i % (mha.num_heads + 1))) for i, (key, mha) in enumerate(attention_modules(model).items())}
+        prune_heads(model, keep)
+    return gated(model), d
+
+
 def gated(model, seed=0):
-    """Close about half of every L0Drop gate (input-dependent) and some head gates, so that the memory is pruned."""
+    """Close about half of every L0Drop gate (input-dependent) and some head gates, so that the memory is pruned; give
+    coverage attention a say."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -38,6 +55,8 @@ def gated(model, seed=0):
                 p.fill_(-0.5)
             elif name.endswith("log_alpha") and p.dim() == 1:
                 p.copy_(torch.where(torch.rand(p.shape, generator=g) < 0.3, -10.0, 3.0))
+            elif ".coverage.logit." in name:  # zero at initialisation: coverage would change nothing
+                p.copy_(torch.randn(p.shape, generator=g))
     return model
 
 
@@ -67,14 +86,13 @@ def model(request):
     """The architecture with random weights, EOS's output weight scaled (of a few scales, the one) where greedy
     search ends the test sentences at the most different steps."""
     def lengths(eos_scale):
-        model, d = build(*ARCHITECTURES[request.param], eos_scale=eos_scale)
-        ref = decode(gated(model), d, sources(d), ["--beam", "1"], fixed=False)
+        model, d = built(request.param, eos_scale)
+        ref = decode(model, d, sources(d), ["--beam", "1"], fixed=False)
         return len({len(hs[0]["tokens"]) for hs in ref}), eos_scale
 
     n, eos_scale = max(lengths(1.0 + 0.25 * k) for k in range(9))
     assert n > 1, f"{request.param}: no EOS scale gives sentences of different lengths"
-    model, d = build(*ARCHITECTURES[request.param], eos_scale=eos_scale)
-    return gated(model), d
+    return built(request.param, eos_scale)
 
 
 @pytest.mark.parametrize("flags", [["--beam", "1"], ["--beam", "4"], ["--beam", "5", "--nbest", "5"]], ids=" ".join)
@@ -118,3 +136,22 @@ def test_options_it_cannot_honour_are_refused_in_one_line(flags):
         task.build_generator([model], generation_args(flags))
     message = str(e.value)
     assert "\n" not in message and flags[0] in message and "--task translation" in message
+
+
+def test_self_attention_reads_the_preallocated_buffers_and_gets_its_class_back():
+    """Every decoder self-attention decodes from the buffers (no fairseq cache grown by concatenation) during the
+    search, and is fairseq's MultiheadAttention again afterwards (training and scoring unchanged)."""
+    model, d = build("transformer")
+    seen = []
+
+    def record(module, args, kwargs, out):
+        state = kwargs["incremental_state"]
+        seen.append((type(module), sorted(module._get_input_buffer(state))))
+
+    hooks = [layer.self_attn.register_forward_hook(record, with_kwargs=True) for layer in model.decoder.layers]
+    decode(model, d, sources(d), ["--beam", "4"], fixed=True)
+    for h in hooks:
+        h.remove()
+    assert seen and all(kind is StaticCacheSelfAttention and keys == ["static_key", "static_value"]
+                        for kind, keys in seen), seen[:3]
+    assert all(type(layer.self_attn) is MultiheadAttention for layer in model.decoder.layers)
