@@ -4,17 +4,20 @@ SequenceGenerator, side by side in one run, on the same models and inputs.
 
 For each model (``--models``: ``stock``, fairseq's own transformer; ``l0drop``, transformer_l0drop with pruned
 decoding and its gates closed for ``--sparsity`` of the source states, as benchmarks/l0drop_decoding.py closes
-them), batch size and source length, two searches decode the same batch of random sources:
+them), batch size and source length, the searches decode the same batch of random sources:
 
-  fairseq      fairseq's SequenceGenerator (what fairseq-generate runs)
-  fixed_shape  fairseq_sparse/fixed_shape_search.py (rows never removed, finished hypotheses in preallocated
-               tensors, self-attention keys and values in preallocated buffers, the memory never reordered)
+  fairseq        fairseq's SequenceGenerator (what fairseq-generate runs)
+  fixed_shape    fairseq_sparse/fixed_shape_search.py as ``--task translation_fixed_shape`` runs it: on CUDA its
+                 steps of fixed shape captured in CUDA graphs, on the CPU eager steps
+  fixed_eager    the same search with eager steps (``--fixed-shape-step-form prefix``; CUDA runs only)
 
-The output length is forced (``min_len = max_len = --out-len``), so both run the same number of steps; their
-hypotheses must be the same (checked; the largest score difference is printed). Interleaved timing rounds in an
+The output length is forced (``min_len = max_len = --out-len``), so all run the same number of steps; their
+hypotheses must be fairseq's (checked; the largest score difference is printed). Interleaved timing rounds in an
 order rotated every round (benchmarks/bench_common.py), the median per search and the median of the per-round
-ratios; the spread of those ratios says how noisy the run was. Memory on CUDA: ``torch.cuda.max_memory_allocated``
-during one generate of each search.
+ratios to fairseq; the spread of those ratios says how noisy the run was. On CUDA also: the memory
+(``torch.cuda.max_memory_allocated`` during one generate, the first, which captures the graph) and the GPU kernel time
+per step (``torch.profiler``, one generate) beside the wall time per step: a step whose kernels take much less than
+its wall time is bound by the host, not the device.
 
 Usage:
   python benchmarks/fixed_shape_search.py --quick --threads 1 --clock cpu     # about a minute on 2 cores
@@ -30,7 +33,7 @@ import bench_common  # noqa: E402
 from bench_common import print_header  # noqa: E402
 
 MODELS = ("stock", "l0drop")
-SEARCHES = ("fairseq", "fixed_shape")
+SEARCHES = ("fairseq", "fixed_shape", "fixed_eager")
 
 
 def parse_args(argv=None):
@@ -92,18 +95,29 @@ def build(args, name, data_dir, calibration_len):
 def generators(model, task, args):
     from fairseq_sparse.fixed_shape_search import FixedShapeSequenceGenerator
 
-    fairseq = bench_common.forced_generator(model, task.target_dictionary, args.beam, args.out_len)
-    fixed = FixedShapeSequenceGenerator([model], task.target_dictionary, beam_size=args.beam, max_len_a=0,
-                                        max_len_b=args.out_len, min_len=args.out_len)
-    return {"fairseq": fairseq, "fixed_shape": fixed}
+    gens = {"fairseq": bench_common.forced_generator(model, task.target_dictionary, args.beam, args.out_len)}
+    forms = {"fixed_shape": "auto", "fixed_eager": "prefix"} if args.device == "cuda" else {"fixed_shape": "auto"}
+    for name, form in forms.items():
+        gens[name] = FixedShapeSequenceGenerator([model], task.target_dictionary, beam_size=args.beam, max_len_a=0,
+                                                 max_len_b=args.out_len, min_len=args.out_len, step_form=form)
+    return gens
 
 
-def compare(outs):
-    """(same hypotheses?, largest score difference) of the two searches' outputs."""
-    a, b = outs["fairseq"], outs["fixed_shape"]
-    same = all([h["tokens"].tolist() for h in x] == [h["tokens"].tolist() for h in y] for x, y in zip(a, b))
-    diff = max(abs(float(h["score"]) - float(g["score"])) for x, y in zip(a, b) for h, g in zip(x, y))
+def compare(ref, out):
+    """(same hypotheses?, largest score difference) of two searches' outputs."""
+    same = all([h["tokens"].tolist() for h in x] == [h["tokens"].tolist() for h in y] for x, y in zip(ref, out))
+    diff = max(abs(float(h["score"]) - float(g["score"])) for x, y in zip(ref, out) for h, g in zip(x, y))
     return same, diff
+
+
+def kernel_ms(torch, generate):
+    """The GPU kernel time of one call of ``generate``, in ms (torch.profiler's device time, summed over kernels)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        generate()
+        torch.cuda.synchronize()
+    return sum(e.self_device_time_total for e in prof.key_averages()) / 1000
 
 
 def measure(args, model, task, batch, length):
@@ -112,23 +126,31 @@ def measure(args, model, task, batch, length):
     src = bench_common.random_sources(task.source_dictionary, batch, length, args.seed + 1000 * length + batch)
     sample = bench_common.source_sample(src.to(args.torch_device))
     gens = generators(model, task, args)
-    outs, memory = {}, {}
+    calls = {n: (lambda g=g: g.generate([model], sample)) for n, g in gens.items()}
+    outs, memory, kernels = {}, {}, {}
     with torch.no_grad():
-        for name, gen in gens.items():
-            for _ in range(max(1, args.warmup)):
-                if cuda:
-                    torch.cuda.reset_peak_memory_stats()
-                outs[name] = gen.generate([model], sample)
+        for name, call in calls.items():
+            if cuda:
+                torch.cuda.reset_peak_memory_stats()
+            outs[name] = call()
             memory[name] = torch.cuda.max_memory_allocated() / 2 ** 20 if cuda else None
-        rounds = bench_common.time_rounds({n: (lambda g=g: g.generate([model], sample)) for n, g in gens.items()},
-                                          args.repeats, cuda=cuda)
-    same, diff = compare(outs)
-    times = {n: bench_common.clock_medians(r, args.clock) for n, r in rounds.items()}
-    ratio, paired = bench_common.speedup(times["fairseq"], times["fixed_shape"])
+            for _ in range(args.warmup - 1):
+                call()
+        rounds = bench_common.time_rounds(calls, args.repeats, cuda=cuda)
+        if cuda:
+            kernels = {name: kernel_ms(torch, call) for name, call in calls.items()}
     steps = args.out_len + 1
-    return {"batch": batch, "length": length, "same_hypotheses": same, "max_score_diff": diff,
-            "memory_mb": memory, "ms_per_step": {n: 1000 * t["time_s"] / steps for n, t in times.items()},
-            "times": times, "speedup": ratio, "speedup_paired": paired}
+    times = {n: bench_common.clock_medians(r, args.clock) for n, r in rounds.items()}
+    out = {}
+    for name in gens:
+        same, diff = compare(outs["fairseq"], outs[name])
+        ratio, paired = bench_common.speedup(times["fairseq"], times[name])
+        graphs = getattr(gens[name], "graphs", None)
+        out[name] = {"ms_per_step": 1000 * times[name]["time_s"] / steps, "times": times[name], "speedup": ratio,
+                     "speedup_paired": paired, "same_hypotheses": same, "max_score_diff": diff,
+                     "memory_mb": memory[name], "kernel_ms_per_step": kernels[name] / steps if kernels else None,
+                     "graphs": len(graphs.graphs) if graphs is not None else None}
+    return {"batch": batch, "length": length, "searches": out}
 
 
 def main(argv=None):
@@ -143,27 +165,28 @@ def main(argv=None):
                 for length in args._lengths:
                     r = dict(model=name, **measure(args, model, task, batch, length))
                     results.append(r)
-                    print(f"{name} batch {batch} length {length}: fairseq {r['ms_per_step']['fairseq']:.2f} ms/step, "
-                          f"fixed_shape {r['ms_per_step']['fixed_shape']:.2f} ms/step, x{r['speedup_paired']:.2f} "
-                          f"(paired), same hypotheses: {r['same_hypotheses']}", flush=True)
+                    print(f"{name} batch {batch} length {length}: " + ", ".join(
+                        f"{n} {x['ms_per_step']:.2f} ms/step x{x['speedup_paired']:.2f}"
+                        for n, x in r["searches"].items()), flush=True)
     meta = bench_common.machine_facts(args, started)
+    cuda = args.device == "cuda"
     print_header(f"fixed-shape search against fairseq's SequenceGenerator: {meta['device']}, {meta['threads']} "
                  f"threads, {args.layers}+{args.layers} x {args.dim}, beam {args.beam}, {args.out_len + 1} steps, "
-                 f"{args.clock} clock, median of {args.repeats} rounds")
-    print(f"{'model':>7} {'batch':>5} {'length':>6} {'fairseq ms/step':>16} {'fixed ms/step':>14} {'speed-up':>9} "
-          f"{'paired':>7} {'same':>5} {'max |score diff|':>17}" + ("  memory MB fairseq/fixed" if args.device == "cuda"
-                                                                     else ""))
+                 f"{args.clock} clock, median of {args.repeats} rounds; speed-up: paired, against fairseq")
+    print(f"{'model':>7} {'batch':>5} {'length':>6} {'search':>12} {'ms/step':>8} {'speed-up':>9} {'same':>5} "
+          f"{'max |score diff|':>17}" + (f" {'kernel ms/step':>15} {'memory MB':>10} {'graphs':>6}" if cuda else ""))
     for r in results:
-        mem = (f"  {r['memory_mb']['fairseq']:.0f}/{r['memory_mb']['fixed_shape']:.0f}" if args.device == "cuda"
-               else "")
-        print(f"{r['model']:>7} {r['batch']:>5} {r['length']:>6} {r['ms_per_step']['fairseq']:>16.2f} "
-              f"{r['ms_per_step']['fixed_shape']:>14.2f} {r['speedup']:>9.2f} {r['speedup_paired']:>7.2f} "
-              f"{str(r['same_hypotheses']):>5} {r['max_score_diff']:>17.2e}{mem}")
-    print(bench_common.noise_line({f"{r['model']} b{r['batch']} n{r['length']}":
-                                   (r["times"]["fairseq"]["times_s"], r["times"]["fixed_shape"]["times_s"])
-                                   for r in results}))
+        for name, x in r["searches"].items():
+            extra = (f" {x['kernel_ms_per_step']:>15.2f} {x['memory_mb']:>10.0f} {x['graphs'] or 0:>6}" if cuda
+                     else "")
+            print(f"{r['model']:>7} {r['batch']:>5} {r['length']:>6} {name:>12} {x['ms_per_step']:>8.2f} "
+                  f"{x['speedup_paired']:>9.2f} {str(x['same_hypotheses']):>5} {x['max_score_diff']:>17.2e}{extra}")
+    print(bench_common.noise_line({f"{r['model']} b{r['batch']} n{r['length']} {n}":
+                                   (r["searches"]["fairseq"]["times"]["times_s"], x["times"]["times_s"])
+                                   for r in results for n, x in r["searches"].items() if n != "fairseq"}))
     bench_common.finish(args, started, meta, {"results": results})
-    return 0 if all(r["same_hypotheses"] for r in results) else 1
+    exact = all(x["same_hypotheses"] for r in results for x in r["searches"].values())
+    return 0 if exact or args.fp16 else 1
 
 
 if __name__ == "__main__":

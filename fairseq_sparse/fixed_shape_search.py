@@ -1,28 +1,36 @@
-"""A beam search whose tensors keep their shapes: the batch x beam rows are never removed (a finished sentence is
-masked, not dropped), finished hypotheses go to preallocated tensors instead of Python lists (written without a host
-read: a candidate that is not taken goes to a spare slot), and stopping is checked every few steps instead of after
-every step. fairseq's SequenceGenerator (fairseq/sequence_generator.py ``_generate``) removes finished sentences from
-the batch and reads ``eos_bbsz_idx.numel()`` on the host at every step, which is what a captured (CUDA-graph) step
-cannot do; this is its eager, fixed-shape form, the same search (beam search with fairseq's candidate rule, length
-penalty, min/max length, unk penalty, n-gram blocking, temperature) for any model SequenceGenerator decodes, and the
-same hypotheses and scores (tests/unit/test_fixed_shape_search.py).
+"""A beam search whose tensors keep their shapes, so that a CUDA graph can replay its step.
 
-Caches: the decoder's self-attention keys and values (fairseq's MultiheadAttention) live in buffers preallocated to
-the maximum output length (:class:`StaticCacheSelfAttention`), written in place at each step instead of grown by
-concatenation. Since rows never leave, the beams of a sentence stay in its rows, and the encoder-decoder keys and
-values, computed once from the sentence's memory, are the same in all of them: they are never reordered (fairseq
-copies them, and the encoder output, at every step); only state that is per hypothesis is.
+fairseq's SequenceGenerator (fairseq/sequence_generator.py ``_generate``) removes finished sentences from the batch,
+keeps finished hypotheses in Python lists and reads ``eos_bbsz_idx.numel()`` on the host at every step; on a GPU that
+host work is the step. This search is the same beam search (fairseq's candidate rule, length penalty, min/max length,
+unk penalty, n-gram blocking, temperature) for any model SequenceGenerator decodes, with the same hypotheses and
+scores (tests/unit/test_fixed_shape_search.py), written so that a step has no host read and fixed shapes:
 
-What it does not do yet (said, not imitated): beam reordering without copying the self-attention buffers (a cache
-indirection table), one encoder memory row per sentence for models that expand it over the beam, and CUDA-graph
-capture (positions and the min/max-length rules would have to come from a step tensor).
+* the batch x beam rows are never removed: a finished sentence is masked, its rows frozen; whether every sentence is
+  finished is read every ``stop_every`` steps;
+* finished hypotheses go to preallocated tensors, a candidate that is not taken to a spare slot;
+* the decoder self-attention keys and values sit in buffers preallocated to the maximum length
+  (``modules/static_cache.py``); the beams of a sentence stay in its rows, so the encoder output, the
+  encoder-decoder keys and values and all other per-sentence state are never reordered (fairseq copies them at every
+  step); only per-hypothesis state is;
+* every step-dependent quantity (the position written, the positional embedding, the min/max-length rules, the length
+  penalty) comes from a step tensor.
+
+Two forms of one step (:meth:`FixedShapeSequenceGenerator._step`): ``prefix`` gives the decoder the target prefix and
+reads the buffers up to the step (shapes grow with the step: the eager form, the default on the CPU), ``fixed`` gives
+it the step's token and reads the whole buffers, masked after the step (the same shapes at every step). On CUDA the
+fixed form is captured in a CUDA graph once per shape (:class:`StepGraphs`) and replayed; models whose state a graph
+cannot replay (state per hypothesis that is replaced rather than updated in place, such as coverage attention;
+n-gram blocking, which reads tokens on the host) decode eagerly, and the reason is logged once.
 """
+import logging
 import math
-from contextlib import contextmanager
+from collections import OrderedDict
+from contextlib import ExitStack, contextmanager
 from typing import Dict, List, Optional
 
 import torch
-from fairseq import utils
+from fairseq.models import FairseqIncrementalDecoder
 from fairseq.modules import MultiheadAttention
 from fairseq.search import BeamSearch
 from fairseq.sequence_generator import SequenceGenerator
@@ -31,10 +39,17 @@ from torch import Tensor
 from .models.transformer_l0drop import L0DropTransformerDecoder
 from .modules.attention_normalisers import NormalisedAttention
 from .modules.count_attention import CountAwareAttention
+from .modules.head_gates import HeadlessAttention
 from .modules.shared_memory import SharedMemoryAttention
+from .modules.static_cache import StaticCacheSelfAttention, static_self_attention, step_positions, \
+    why_no_step_positions
+
+logger = logging.getLogger(__name__)
 
 #: SequenceGenerator features this search does not implement, each refused before any decoding
 UNSUPPORTED = "sampling, diverse beam search, prefix tokens, constraints, --match-source-len, an LM, --print-alignment"
+#: the forms of a step (module docstring); "auto": fixed and captured where CUDA graphs can replay it, else prefix
+STEP_FORMS = ("auto", "prefix", "fixed")
 
 #: encoder-decoder attention whose incremental state is the sentence's memory only (keys, values, padding mask, log
 #: counts): the same in every beam of the sentence, so never reordered here. Exact types: a subclass may add state
@@ -42,89 +57,6 @@ UNSUPPORTED = "sampling, diverse beam search, prefix tokens, constraints, --matc
 STATIC_MEMORY_ATTENTION = (MultiheadAttention, CountAwareAttention, NormalisedAttention, SharedMemoryAttention)
 #: decoders whose own incremental state is per sentence (L0Drop's attention map)
 SENTENCE_STATE_DECODERS = (L0DropTransformerDecoder,)
-
-
-class StaticCacheSelfAttention(MultiheadAttention):
-    """fairseq's MultiheadAttention as a decoder self-attention whose keys and values, in incremental decoding, sit in
-    buffers preallocated to the maximum length (rows x heads x length x head_dim, in the incremental state as
-    ``static_key`` / ``static_value``, with ``static_padding`` for a target padding mask) and are written at position
-    ``static_step``, instead of fairseq's cache grown by ``torch.cat`` at every step. The same arithmetic as fairseq's
-    forward for one query (q, k, v projections, scaling, softmax in fp32, out_proj called as a module, so head gates
-    and masks apply); anything else (training, scoring, no buffers) is fairseq's forward unchanged. Set on a model's
-    modules by :func:`static_self_attention` for one ``generate`` call only."""
-
-    static_step: int = 0
-
-    def forward(self, query: Tensor, key: Optional[Tensor], value: Optional[Tensor],
-                key_padding_mask: Optional[Tensor] = None,
-                incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
-                need_weights: bool = True, static_kv: bool = False, attn_mask: Optional[Tensor] = None,
-                before_softmax: bool = False, need_head_weights: bool = False):
-        saved = self._get_input_buffer(incremental_state) if incremental_state is not None else {}
-        keys, values = saved.get("static_key"), saved.get("static_value")
-        if keys is None or values is None or query.size(0) != 1 or attn_mask is not None or before_softmax:
-            return super().forward(query, key, value, key_padding_mask=key_padding_mask,
-                                   incremental_state=incremental_state, need_weights=need_weights,
-                                   static_kv=static_kv, attn_mask=attn_mask, before_softmax=before_softmax,
-                                   need_head_weights=need_head_weights)
-        rows, heads, head_dim, step = query.size(1), self.num_heads, self.head_dim, self.static_step
-        q = self.q_proj(query)
-        q *= self.scaling
-        keys[:, :, step] = self.k_proj(query).view(rows, heads, head_dim)
-        values[:, :, step] = self.v_proj(query).view(rows, heads, head_dim)
-        q = q.contiguous().view(rows * heads, 1, head_dim)
-        k = keys[:, :, :step + 1].reshape(rows * heads, step + 1, head_dim)  # a view: no copy
-        v = values[:, :, :step + 1].reshape(rows * heads, step + 1, head_dim)
-        weights = self.apply_sparse_mask(torch.bmm(q, k.transpose(1, 2)), 1, step + 1, rows)
-        padding = saved.get("static_padding")
-        if key_padding_mask is not None or padding is not None:  # a target pad (fairseq appends its mask)
-            if padding is None:
-                padding = keys.new_zeros(rows, keys.size(2), dtype=torch.bool)
-                saved["static_padding"] = padding
-            padding[:, step] = key_padding_mask[:, -1] if key_padding_mask is not None else False
-            weights = weights.view(rows, heads, 1, step + 1).masked_fill(
-                padding[:, :step + 1].view(rows, 1, 1, step + 1), float("-inf")).view(rows * heads, 1, step + 1)
-        probs = self.dropout_module(utils.softmax(weights, dim=-1, onnx_trace=self.onnx_trace).type_as(weights))
-        attn = torch.bmm(probs, v).view(rows, heads * head_dim).unsqueeze(0)
-        return self.out_proj(attn), None
-
-    def reorder_static(self, incremental_state: Dict[str, Dict[str, Optional[Tensor]]], order: Tensor):
-        """Move the written positions of the buffers (rows first) to the hypotheses' new order, in place."""
-        saved = self._get_input_buffer(incremental_state)
-        written = self.static_step + 1
-        for buffer in (saved.get("static_key"), saved.get("static_value"), saved.get("static_padding")):
-            if buffer is not None:
-                part = buffer.narrow(2 if buffer.dim() == 4 else 1, 0, written)
-                part.copy_(part.index_select(0, order))
-
-
-@contextmanager
-def static_self_attention(models, incremental_states, rows: int, length: int):
-    """For one ``generate`` call: every decoder self-attention that is fairseq's plain MultiheadAttention (pruned
-    heads and head gates included; not bias_kv, zero_attn or xformers) becomes a :class:`StaticCacheSelfAttention`
-    with buffers for ``rows`` hypotheses and ``length`` steps in its model's incremental state; the class is put
-    back afterwards. Yields those modules. The buffers are allocated, not zeroed: only written positions are read."""
-    swapped: List[MultiheadAttention] = []
-    try:
-        for model, state in zip(models, incremental_states):
-            for layer in getattr(model.decoder, "layers", None) or []:
-                attention = getattr(layer, "self_attn", None)
-                if (type(attention) is not MultiheadAttention or not attention.self_attention
-                        or attention.bias_k is not None or attention.add_zero_attn
-                        or getattr(attention, "use_xformers", False)):
-                    continue
-                weight = attention.k_proj.weight
-                shape = (rows, attention.num_heads, length, attention.head_dim)
-                attention.__class__ = StaticCacheSelfAttention
-                swapped.append(attention)
-                attention._set_input_buffer(state, {
-                    "static_key": torch.empty(shape, dtype=weight.dtype, device=weight.device),
-                    "static_value": torch.empty(shape, dtype=weight.dtype, device=weight.device)})
-        yield swapped
-    finally:
-        for attention in swapped:
-            attention.__class__ = MultiheadAttention
-            attention.__dict__.pop("static_step", None)
 
 
 def moves_with_the_beam(module) -> bool:
@@ -137,18 +69,187 @@ def moves_with_the_beam(module) -> bool:
     return hasattr(module, "reorder_incremental_state")
 
 
+def updated_in_place(module) -> bool:
+    """Whether a module that moves with the beam keeps its state in tensors a replayed step updates in place: the
+    preallocated self-attention buffers, or no state at all (a headless layer; a decoder with fairseq's no-op)."""
+    if isinstance(module, (StaticCacheSelfAttention, HeadlessAttention)):
+        return True
+    if isinstance(module, MultiheadAttention):
+        return False
+    return type(module).reorder_incremental_state is FairseqIncrementalDecoder.reorder_incremental_state
+
+
+class Beams:
+    """The tensors of one batch's search, allocated once (a replayed step updates them in place): the step, the
+    hypotheses' tokens and scores, and the finished hypotheses (``beam`` slots per sentence and a spare one)."""
+
+    def __init__(self, bsz: int, beam: int, max_len: int, first_token: int, pad: int, device):
+        rows = bsz * beam
+        self.bsz, self.beam, self.max_len = bsz, beam, max_len
+        self.step = torch.zeros(1, dtype=torch.long, device=device)
+        self.tokens = torch.full((rows, max_len + 2), pad, dtype=torch.long, device=device)
+        self.tokens[:, 0] = first_token
+        self.scores = torch.zeros(rows, max_len + 1, device=device)
+        self.cumulative = torch.zeros(rows, device=device)
+        self.ignore = torch.zeros(bsz, beam, dtype=torch.bool, device=device)
+        self.done = torch.zeros(bsz, dtype=torch.bool, device=device)
+        self.fin_tokens = torch.full((bsz, beam + 1, max_len + 1), pad, dtype=torch.long, device=device)
+        self.fin_pos = torch.zeros(bsz, beam + 1, max_len + 1, device=device)
+        self.fin_score = torch.full((bsz, beam + 1), -math.inf, device=device)
+        self.fin_len = torch.zeros(bsz, beam + 1, dtype=torch.long, device=device)
+        self.fin_count = torch.zeros(bsz, dtype=torch.long, device=device)
+        self.offsets = (torch.arange(bsz, device=device) * beam).unsqueeze(1)
+        self.slot_offsets = (torch.arange(bsz, device=device) * (beam + 1)).unsqueeze(1)
+        self.cand_offsets = torch.arange(2 * beam, device=device)
+
+    def scores_as(self, lprobs: Tensor):
+        """Scores in the precision of the model's log-probabilities (fairseq's ``scores.type_as(lprobs)``)."""
+        for name in ("scores", "cumulative", "fin_pos", "fin_score"):
+            setattr(self, name, getattr(self, name).type_as(lprobs))
+
+
+class Run:
+    """What the steps of one ``generate`` call read and update: the beams, the encoder outputs, the decoders'
+    incremental states, the self-attention modules with buffers, and the form of the step."""
+
+    def __init__(self, beams: Beams, encoder_outs, incremental_states, static, fixed: bool):
+        self.beams, self.encoder_outs, self.incremental_states = beams, encoder_outs, incremental_states
+        self.static, self.fixed = static, fixed
+
+    def length(self, step: int) -> int:
+        """Positions a step reads: up to the step (prefix form) or all (fixed form)."""
+        return self.beams.max_len + 1 if self.fixed else step + 1
+
+    def tensors(self):
+        """(name, tensor) of everything a step reads or writes, in a fixed order (what a graph is keyed by and what
+        a new batch copies into a captured one)."""
+        out = []
+
+        def walk(name, obj):
+            if isinstance(obj, Tensor):
+                out.append((name, obj))
+            elif isinstance(obj, dict):
+                for k in sorted(obj):
+                    walk(f"{name}.{k}", obj[k])
+            elif isinstance(obj, (list, tuple)):
+                for i, x in enumerate(obj):
+                    walk(f"{name}.{i}", x)
+
+        walk("beams", vars(self.beams))
+        walk("encoder", self.encoder_outs)
+        walk("state", self.incremental_states)
+        return out
+
+
+class StepGraphs:
+    """The fixed-form step captured in CUDA graphs, one per shape (the names, shapes and types of everything it
+    reads), at most ``size`` kept (the least recently used dropped), all in one memory pool. The first step of a
+    shape runs for real (the warm-up a capture needs) and is then captured; a later batch of a captured shape copies
+    its tensors into the captured ones and replays. A graph holds the model's parameters by address: parameters
+    updated in place are read anew, replaced ones are not (build a new generator then)."""
+
+    def __init__(self, size: int = 4):
+        self.size, self.graphs, self.pool = size, OrderedDict(), None
+
+    def step(self, generator, run: Run):
+        key = tuple((name, tuple(t.shape), t.dtype) for name, t in run.tensors())
+        entry = self.graphs.get(key)
+        if entry is None:
+            self.graphs[key] = self._capture(generator, run)
+            while len(self.graphs) > self.size:
+                self.graphs.popitem(last=False)
+            return
+        self.graphs.move_to_end(key)
+        graph, captured = entry
+        if captured is not run:
+            for (_, mine), (_, theirs) in zip(captured.tensors(), run.tensors()):
+                mine.copy_(theirs)
+            run.beams, run.encoder_outs, run.incremental_states = (captured.beams, captured.encoder_outs,
+                                                                   captured.incremental_states)
+        graph.replay()
+
+    def _capture(self, generator, run: Run):
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            generator._step(run, 1)  # this step, for real: the warm-up
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            generator._step(run, 1)  # recorded, not run
+        self.pool = graph.pool()
+        return graph, run
+
+    def memory_mb(self) -> float:
+        """The CUDA memory the graphs' pool holds now (reserved by the caching allocator for it)."""
+        return 0.0 if self.pool is None else torch.cuda.memory_reserved() / 2 ** 20
+
+
+@contextmanager
+def decoder_flag(decoders, name: str, value):
+    """Set a decoder attribute for one ``generate`` call. ``cross_self_attention`` True makes fairseq's decoder build
+    the target padding mask without reading ``.any()`` on the host (the mask is all False for the tokens of a beam
+    search; the layers have their own flag)."""
+    old = [getattr(d, name) for d in decoders]
+    try:
+        for d in decoders:
+            setattr(d, name, value)
+        yield
+    finally:
+        for d, v in zip(decoders, old):
+            setattr(d, name, v)
+
+
 class FixedShapeSequenceGenerator(SequenceGenerator):
     """fairseq's SequenceGenerator with a fixed-shape ``_generate`` (module docstring). ``stop_every``: the steps
     between two host reads of whether every sentence is finished (finished sentences are frozen meanwhile, so the
-    result does not depend on it)."""
+    result does not depend on it). ``step_form``: one of :data:`STEP_FORMS`. ``max_graphs``: CUDA graphs kept."""
 
-    def __init__(self, *args, stop_every: int = 4, **kwargs):
+    def __init__(self, *args, stop_every: int = 4, step_form: str = "auto", max_graphs: int = 4, **kwargs):
         super().__init__(*args, **kwargs)
         if type(self.search) is not BeamSearch:
             raise ValueError(f"the fixed-shape search is beam search only ({UNSUPPORTED} are not supported)")
         if self.match_source_len or self.lm_model is not None:
             raise ValueError(f"the fixed-shape search does not support {UNSUPPORTED}")
-        self.stop_every = max(1, int(stop_every))
+        if step_form not in STEP_FORMS:
+            raise ValueError(f"step form {step_form!r}: choose from {', '.join(STEP_FORMS)}")
+        self.stop_every, self.step_form = max(1, int(stop_every)), step_form
+        self.graphs = StepGraphs(max_graphs) if max_graphs > 0 else None
+        self._told = set()
+
+    def why_not_fixed(self, decoders, capacity: int) -> Optional[str]:
+        """None if the fixed form of the step (and a CUDA graph of it) can run these decoders, else why not."""
+        if not decoders:
+            return "the model keeps no incremental state"
+        if self.repeat_ngram_blocker is not None:
+            return "--no-repeat-ngram-size reads the tokens on the host"
+        if self.token_indices_to_suppress is not None:
+            return "the symbols to strip are a host tensor"
+        for decoder in decoders:
+            if not hasattr(decoder, "cross_self_attention"):
+                return f"its decoder ({type(decoder).__name__}) is not fairseq's transformer decoder"
+            reason = why_no_step_positions(decoder, capacity)
+            if reason:
+                return reason
+            for module in decoder.modules():
+                if moves_with_the_beam(module) and not updated_in_place(module):
+                    return f"{type(module).__name__} keeps state per hypothesis that a step replaces"
+        return None
+
+    def _form(self, decoders, capacity: int, device) -> (bool, bool):
+        """(fixed form?, captured?) for this call; the reason for the prefix form is logged once."""
+        if self.step_form == "prefix" or (self.step_form == "auto" and device.type != "cuda"):
+            return False, False
+        with static_self_attention(decoders, [{} for _ in decoders], 1, 1):  # the classes the step will see
+            reason = self.why_not_fixed(decoders, capacity)
+        if reason is None:
+            return True, device.type == "cuda" and self.graphs is not None
+        if self.step_form == "fixed":
+            raise ValueError(f"the fixed-shape search cannot give this model steps of fixed shape: {reason}")
+        if reason not in self._told:
+            self._told.add(reason)
+            logger.info("fixed-shape search: eager steps, no CUDA graph (%s)", reason)
+        return False, False
 
     @torch.no_grad()
     def _generate(self, sample: Dict[str, Dict[str, Tensor]], prefix_tokens: Optional[Tensor] = None,
@@ -166,125 +267,120 @@ class FixedShapeSequenceGenerator(SequenceGenerator):
         rows = torch.arange(bsz, device=src_tokens.device).repeat_interleave(self.beam_size)
         # the beams of a sentence stay in its rows: the memory is never reordered again
         encoder_outs = self.model.reorder_encoder_out(encoder_outs, rows)
-        models = self.model.models if self.model.has_incremental_states() else []
-        with static_self_attention(models, incremental_states, rows.numel(), max_len + 1) as static:
-            return self._search(sample, encoder_outs, incremental_states, static, bsz, max_len, bos_token)
+        decoders = [m.decoder for m in self.model.models] if self.model.has_incremental_states() else []
+        beams = Beams(bsz, self.beam_size, max_len, self.eos if bos_token is None else bos_token, self.pad,
+                      src_tokens.device)
+        fixed, captured = self._form(decoders, max_len + 1, src_tokens.device)
+        with ExitStack() as stack:
+            static = stack.enter_context(static_self_attention(decoders, incremental_states, rows.numel(),
+                                                               max_len + 1, zeroed=fixed))
+            if fixed:
+                stack.enter_context(step_positions(decoders, beams.step, max_len + 1))
+                stack.enter_context(decoder_flag(decoders, "cross_self_attention", True))
+            run = Run(beams, encoder_outs, incremental_states, static, fixed)
+            for step in range(max_len + 1):
+                if captured and step > 0:
+                    self.graphs.step(self, run)
+                else:
+                    self._step(run, step)
+                if (step + 1) % self.stop_every == 0 and bool(run.beams.done.all()):
+                    break
+            return self._hypotheses(run.beams)
 
-    def _search(self, sample, encoder_outs, incremental_states, static, bsz: int, max_len: int,
-                bos_token: Optional[int]):
-        beam, device = self.beam_size, sample["net_input"]["src_tokens"].device
-        scores = torch.zeros(bsz * beam, max_len + 1, device=device)
-        tokens = torch.full((bsz * beam, max_len + 2), self.pad, dtype=torch.long, device=device)
-        tokens[:, 0] = self.eos if bos_token is None else bos_token
-        cands_to_ignore = torch.zeros(bsz, beam, dtype=torch.bool, device=device)
-        done = torch.zeros(bsz, dtype=torch.bool, device=device)
-        # the finished hypotheses: beam slots per sentence, filled in the order fairseq finalises them, and a spare
-        # slot (index beam) for the candidates not taken; scores in the model's precision, as fairseq keeps them,
-        # once the first step gives it
-        fin_tokens = torch.full((bsz, beam + 1, max_len + 1), self.pad, dtype=torch.long, device=device)
-        fin_len = torch.zeros(bsz, beam + 1, dtype=torch.long, device=device)
-        fin_count = torch.zeros(bsz, dtype=torch.long, device=device)
-        fin_pos = fin_score = torch.empty(0)
-        cand_size = 2 * beam
-        bbsz_offsets = (torch.arange(bsz, device=device) * beam).unsqueeze(1)
-        cand_offsets = torch.arange(cand_size, device=device)
-        original_batch_idxs = sample["id"] if isinstance(sample.get("id"), Tensor) else torch.arange(bsz)
+    def _step(self, run: Run, step: int):
+        """One beam step at ``run.beams.step``, every step-dependent quantity from that tensor, every update in place
+        (fairseq's ``_generate`` loop body, less the removal of finished sentences). ``step``: the same step on the
+        host, read only for the first step's rule, the prefix form's length and n-gram blocking."""
+        b, beam = run.beams, self.beam_size
+        length = run.length(step)
+        for attention in run.static:
+            attention.static_step, attention.static_length = b.step, length
+        tokens_in = b.tokens.gather(1, b.step.expand(b.tokens.size(0), 1)) if run.fixed else b.tokens[:, :length]
+        lprobs, _ = self.model.forward_decoder(tokens_in, run.encoder_outs, run.incremental_states, self.temperature)
+        lprobs.masked_fill_(lprobs != lprobs, -math.inf)
+        lprobs[:, self.pad] = -math.inf
+        lprobs[:, self.unk] -= self.unk_penalty
+        last = b.step.ge(b.max_len)  # only EOS at the last step; no EOS before min_len
+        not_eos = torch.ones(lprobs.size(1), dtype=torch.bool, device=lprobs.device)
+        not_eos[self.eos] = False
+        lprobs.masked_fill_(last & not_eos, -math.inf)
+        lprobs[:, self.eos].masked_fill_(~last & b.step.lt(self.min_len), -math.inf)
+        if self.token_indices_to_suppress is not None:
+            lprobs[:, self.token_indices_to_suppress] = -math.inf
+        if step == 0:
+            b.scores_as(lprobs)
+        if self.repeat_ngram_blocker is not None:
+            lprobs = self.repeat_ngram_blocker(b.tokens, lprobs, b.bsz, beam, step)
+        cand_scores, cand_indices, cand_beams = self.search.step(
+            0 if step == 0 else 1, lprobs.view(b.bsz, -1, self.vocab_size), b.cumulative.view(b.bsz, beam, 1))
+        cand_bbsz_idx = cand_beams + b.offsets
 
-        for step in range(max_len + 1):
-            for attention in static:
-                attention.static_step = step
-            lprobs, _ = self.model.forward_decoder(tokens[:, :step + 1], encoder_outs, incremental_states,
-                                                   self.temperature)
-            lprobs.masked_fill_(lprobs != lprobs, -math.inf)
-            lprobs[:, self.pad] = -math.inf
-            lprobs[:, self.unk] -= self.unk_penalty
-            if step >= max_len:
-                lprobs[:, :self.eos] = -math.inf
-                lprobs[:, self.eos + 1:] = -math.inf
-            elif step < self.min_len:
-                lprobs[:, self.eos] = -math.inf
-            if self.token_indices_to_suppress is not None:
-                lprobs[:, self.token_indices_to_suppress] = -math.inf
-            scores = scores.type_as(lprobs)
-            if step == 0:
-                fin_pos = torch.zeros(bsz, beam + 1, max_len + 1, dtype=lprobs.dtype, device=device)
-                fin_score = torch.full((bsz, beam + 1), -math.inf, dtype=lprobs.dtype, device=device)
-            if self.repeat_ngram_blocker is not None:
-                lprobs = self.repeat_ngram_blocker(tokens, lprobs, bsz, beam, step)
-            cand_scores, cand_indices, cand_beams = self.search.step(
-                step, lprobs.view(bsz, -1, self.vocab_size), scores.view(bsz, beam, -1)[:, :, :step],
-                tokens[:, :step + 1], original_batch_idxs)
-            cand_bbsz_idx = cand_beams + bbsz_offsets
+        # finalise the top-beam candidates that end in EOS, of sentences not finished yet
+        eos_mask = cand_indices.eq(self.eos) & cand_scores.ne(-math.inf)
+        eos_mask[:, :beam] &= ~b.ignore & ~b.done.unsqueeze(1)
+        self._finalise(b, length, eos_mask[:, :beam], cand_bbsz_idx[:, :beam], cand_scores[:, :beam])
+        b.done |= b.fin_count.eq(beam)
 
-            # finalise the top-beam candidates that end in EOS, of sentences not finished yet
-            eos_mask = cand_indices.eq(self.eos) & cand_scores.ne(-math.inf)
-            eos_mask[:, :beam] &= ~cands_to_ignore & ~done.unsqueeze(1)
-            self._finalise(step, eos_mask[:, :beam], cand_bbsz_idx[:, :beam], cand_scores[:, :beam], tokens, scores,
-                           fin_tokens, fin_pos, fin_score, fin_len, fin_count)
-            done |= fin_count.eq(beam)
-            if step >= max_len:
-                break
-            if (step + 1) % self.stop_every == 0 and bool(done.all()):
-                break
+        # the next beam: the best candidates that do not end in EOS (fairseq's rule, per sentence)
+        eos_mask[:, :beam] = b.ignore | eos_mask[:, :beam]
+        active_mask = eos_mask.type_as(b.cand_offsets) * b.cand_offsets.numel() + b.cand_offsets[:eos_mask.size(1)]
+        new_ignore, active_hypos = torch.topk(active_mask, k=beam, dim=1, largest=False)
+        b.ignore.copy_(new_ignore.ge(b.cand_offsets.numel())[:, :beam])
+        active = torch.gather(cand_bbsz_idx, 1, active_hypos).view(-1)
+        at_step = b.step.expand(active.numel(), 1)
+        b.tokens[:, :length] = b.tokens[:, :length].index_select(0, active)
+        b.tokens.scatter_(1, at_step + 1, torch.gather(cand_indices, 1, active_hypos).view(-1, 1))
+        b.scores[:, :length] = b.scores[:, :length].index_select(0, active)
+        b.cumulative.copy_(torch.gather(cand_scores, 1, active_hypos).view(-1))
+        b.scores.scatter_(1, at_step, b.cumulative.view(-1, 1))
+        self._reorder_states(run, active, length)
+        b.step += 1
 
-            # the next beam: the best candidates that do not end in EOS (fairseq's rule, per sentence)
-            eos_mask[:, :beam] = cands_to_ignore | eos_mask[:, :beam]
-            active_mask = eos_mask.type_as(cand_offsets) * cand_size + cand_offsets[:eos_mask.size(1)]
-            new_cands_to_ignore, active_hypos = torch.topk(active_mask, k=beam, dim=1, largest=False)
-            cands_to_ignore = new_cands_to_ignore.ge(cand_size)[:, :beam]
-            active_bbsz_idx = torch.gather(cand_bbsz_idx, 1, active_hypos).view(-1)
-            tokens[:, :step + 1] = tokens[:, :step + 1].index_select(0, active_bbsz_idx)
-            tokens.view(bsz, beam, -1)[:, :, step + 1] = torch.gather(cand_indices, 1, active_hypos)
-            if step > 0:
-                scores[:, :step] = scores[:, :step].index_select(0, active_bbsz_idx)
-            scores.view(bsz, beam, -1)[:, :, step] = torch.gather(cand_scores, 1, active_hypos)
-            self._reorder_states(incremental_states, active_bbsz_idx)
-
-        return self._hypotheses(fin_tokens, fin_pos, fin_score, fin_len, fin_count)
-
-    def _reorder_states(self, incremental_states, order: Tensor):
+    def _reorder_states(self, run: Run, order: Tensor, length: int):
         """Each decoder module's per-hypothesis state to the new order (fairseq's ``reorder_incremental_state``,
         less the per-sentence state: :func:`moves_with_the_beam`)."""
         if not self.model.has_incremental_states():
             return
-        for model, state in zip(self.model.models, incremental_states):
+        for model, state in zip(self.model.models, run.incremental_states):
             for module in model.decoder.modules():
                 if isinstance(module, StaticCacheSelfAttention) and "static_key" in module._get_input_buffer(state):
                     module.reorder_static(state, order)
                 elif moves_with_the_beam(module):
                     module.reorder_incremental_state(state, order)
 
-    def _finalise(self, step, eos, bbsz_idx, eos_scores, tokens, scores, fin_tokens, fin_pos, fin_score, fin_len,
-                  fin_count):
+    def _finalise(self, b: Beams, length: int, eos, bbsz_idx, eos_scores):
         """fairseq's finalize_hypos with tensors and no host read: each EOS candidate (EOS: bsz x beam) takes the
         sentence's next free slot, in candidate order, while the sentence has fewer than beam finished hypotheses;
-        every other candidate is written to the spare slot (index beam), which is never read."""
-        bsz, beam = eos.shape
-        slot = fin_count.unsqueeze(1) + eos.long().cumsum(1) - 1
+        every other candidate is written to the spare slot (index beam), which is never read. Positions after the
+        step are written too (whatever the buffers hold there) and cut by the hypothesis' length."""
+        beam = eos.size(1)
+        slot = b.fin_count.unsqueeze(1) + eos.long().cumsum(1) - 1
         take = eos & slot.lt(beam)
-        flat = (torch.arange(bsz, device=eos.device).unsqueeze(1) * (beam + 1)
-                + torch.where(take, slot, torch.full_like(slot, beam))).view(-1)
-        rows = bbsz_idx.reshape(-1)
-        hyp = tokens.index_select(0, rows)[:, 1:step + 2].clone()
-        hyp[:, step] = self.eos
-        fin_tokens.view(bsz * (beam + 1), -1)[flat, :step + 1] = hyp
-        pos = scores.index_select(0, rows)[:, :step + 1].clone()
-        pos[:, step] = eos_scores.reshape(-1)
+        flat = (b.slot_offsets + torch.where(take, slot, torch.full_like(slot, beam))).view(-1)
+        rows, score = bbsz_idx.reshape(-1), eos_scores.reshape(-1)
+        at_step = b.step.expand(rows.numel(), 1)
+        hyp = b.tokens.index_select(0, rows)[:, 1:length + 1]
+        hyp.scatter_(1, at_step, self.eos)
+        b.fin_tokens.view(-1, b.fin_tokens.size(2))[flat, :length] = hyp
+        pos = b.scores.index_select(0, rows)[:, :length]
+        pos.scatter_(1, at_step, score.view(-1, 1))
         pos[:, 1:] = pos[:, 1:] - pos[:, :-1]
-        fin_pos.view(bsz * (beam + 1), -1)[flat, :step + 1] = pos
-        score = eos_scores.reshape(-1)
-        fin_score.view(-1)[flat] = score / (step + 1) ** self.len_penalty if self.normalize_scores else score
-        fin_len.view(-1)[flat] = step + 1
-        fin_count += take.long().sum(1)
+        b.fin_pos.view(-1, b.fin_pos.size(2))[flat, :length] = pos
+        if self.normalize_scores:  # fairseq divides by (step + 1) ** len_penalty, a Python float
+            score = score / (b.step + 1).double().pow(self.len_penalty).to(score.dtype)
+        b.fin_score.view(-1)[flat] = score
+        b.fin_len.view(-1)[flat] = (b.step + 1).expand(flat.numel())
+        b.fin_count += take.long().sum(1)
 
-    def _hypotheses(self, fin_tokens, fin_pos, fin_score, fin_len, fin_count):
+    def _hypotheses(self, b: Beams):
         """SequenceGenerator's output: per sentence its finished hypotheses, best first (sorted as fairseq sorts
         them), each a dict of tokens, score, positional scores and (empty) attention and alignment."""
         out: List[List[Dict[str, Tensor]]] = []
-        for s in range(fin_tokens.size(0)):
-            n = int(fin_count[s])
-            order = torch.sort(torch.tensor([float(x) for x in fin_score[s, :n].tolist()]), descending=True)[1].tolist()
-            out.append([{"tokens": fin_tokens[s, i, :int(fin_len[s, i])], "score": fin_score[s, i],
+        fin_count, fin_len, fin_score = b.fin_count.tolist(), b.fin_len.tolist(), b.fin_score.tolist()
+        for s in range(b.bsz):
+            n = fin_count[s]
+            order = torch.sort(torch.tensor([float(x) for x in fin_score[s][:n]]), descending=True)[1].tolist()
+            out.append([{"tokens": b.fin_tokens[s, i, :fin_len[s][i]], "score": b.fin_score[s, i],
                          "attention": torch.empty(0), "alignment": torch.empty(0),
-                         "positional_scores": fin_pos[s, i, :int(fin_len[s, i])]} for i in order])
+                         "positional_scores": b.fin_pos[s, i, :fin_len[s][i]]} for i in order])
         return out

@@ -5,15 +5,18 @@ architecture of this plugin alike:
 
     fairseq-generate DATA --user-dir fairseq_sparse --task translation_fixed_shape --path CKPT --beam 5 ...
 
-Everything else is fairseq's translation task (options, data, dictionaries; fairseq-interactive and the hub
-interface too). Generation options the search does not implement are refused in one line before any decoding.
+Everything else is fairseq's translation task (options, data, dictionaries; fairseq-interactive too). The hub
+interface keeps the task its checkpoint names: :func:`use_fixed_shape_search` switches a loaded one over. Generation
+options the search does not implement are refused in one line before any decoding.
 """
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
-from ..fixed_shape_search import UNSUPPORTED, FixedShapeSequenceGenerator
+from fairseq.dataclass import ChoiceEnum
+
+from ..fixed_shape_search import STEP_FORMS, UNSUPPORTED, FixedShapeSequenceGenerator
 
 NAME = "translation_fixed_shape"
 
@@ -23,6 +26,14 @@ class TranslationFixedShapeConfig(TranslationConfig):
     fixed_shape_stop_every: int = field(
         default=4, metadata={"help": "steps between two checks of whether every sentence is finished (the search "
                                      "reads the device only then; the result does not depend on it)"})
+    fixed_shape_step_form: ChoiceEnum(STEP_FORMS) = field(
+        default="auto", metadata={"help": "auto: steps of fixed shape captured in CUDA graphs on a GPU where the "
+                                          "model allows it, eager steps over the growing prefix otherwise; prefix: "
+                                          "always eager; fixed: steps of fixed shape (captured on a GPU), refused "
+                                          "for a model that cannot have them"})
+    fixed_shape_max_graphs: int = field(
+        default=4, metadata={"help": "CUDA graphs kept, one per batch shape (least recently used dropped); 0: none, "
+                                     "the fixed-shape steps run eagerly"})
 
 
 def refused_options(args):
@@ -49,6 +60,27 @@ class TranslationFixedShapeTask(TranslationTask):
             raise SystemExit(f"error: --task {NAME} decodes with the fixed-shape beam search, which does not support "
                              f"{', '.join(refused) or 'prefix_allowed_tokens_fn'} ({UNSUPPORTED}): use --task "
                              "translation for it")
-        kwargs = dict(extra_gen_cls_kwargs or {}, stop_every=self.cfg.fixed_shape_stop_every)
+        if self.cfg.fixed_shape_stop_every < 1 or self.cfg.fixed_shape_max_graphs < 0:
+            raise SystemExit(f"error: --fixed-shape-stop-every must be >= 1 and --fixed-shape-max-graphs >= 0 (got "
+                             f"{self.cfg.fixed_shape_stop_every}, {self.cfg.fixed_shape_max_graphs})")
+        kwargs = dict(extra_gen_cls_kwargs or {}, stop_every=self.cfg.fixed_shape_stop_every,
+                      step_form=self.cfg.fixed_shape_step_form, max_graphs=self.cfg.fixed_shape_max_graphs)
         return super().build_generator(models, args, seq_gen_cls=FixedShapeSequenceGenerator,
                                        extra_gen_cls_kwargs=kwargs)
+
+
+def use_fixed_shape_search(hub, **options):
+    """fairseq's hub interface (``from_pretrained``) decoding with the fixed-shape search: its task becomes this task
+    over the same settings and dictionaries; ``options``: this task's own (``fixed_shape_stop_every``,
+    ``fixed_shape_step_form``, ``fixed_shape_max_graphs``). Returns the hub."""
+    from omegaconf import OmegaConf
+
+    own = {f.name for f in fields(TranslationFixedShapeConfig)}
+    unknown = sorted(set(options) - own)
+    if unknown:
+        raise ValueError(f"unknown option(s) of --task {NAME}: {', '.join(unknown)}")
+    task = hub.task
+    settings = {k: v for k, v in OmegaConf.to_container(OmegaConf.create(task.cfg)).items() if k in own}
+    hub.task = TranslationFixedShapeTask(TranslationFixedShapeConfig(**{**settings, **options}), task.src_dict,
+                                         task.tgt_dict)
+    return hub

@@ -3,8 +3,11 @@ stock transformer and L0Drop fine-tuning): the same lines as ``--task translatio
 positional scores within float rounding: fairseq drops finished sentences from the batch, so its matrix products
 run at other shapes) for the options the fixed-shape search accepts, batches with a
 ragged last one; an option it does not support is refused before anything is decoded."""
+import os
+
 import pytest
 
+from conftest import USER_DIR
 from test_shared_memory_e2e import generate_argv, per_sentence_lines, run_main
 
 FIXED = ["--task", "translation_fixed_shape"]
@@ -48,3 +51,43 @@ def test_an_option_it_does_not_support_is_refused_before_decoding(stock_transfor
     with pytest.raises(SystemExit) as e:
         run_main("generate", generate_argv(corpus, stock_transformer_ckpt, ["--sampling", "--beam", "2", "--nbest", "2"]) + FIXED)
     assert "does not support --sampling" in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("which", ["stock", "l0drop"])
+def test_steps_of_fixed_shape_print_what_the_translation_task_prints(which, stock_transformer_ckpt, l0drop_ckpt,
+                                                                     corpus):
+    """--fixed-shape-step-form fixed: the form a GPU captures in a CUDA graph, run eagerly on the CPU."""
+    flags = FLAGS["beam5_nbest_lenpen_unkpen_ragged"]
+    argv = generate_argv(corpus, stock_transformer_ckpt if which == "stock" else l0drop_ckpt, flags)
+    ref = per_sentence_lines(run_main("generate", argv))
+    assert_close(per_sentence_lines(run_main("generate", argv + FIXED + ["--fixed-shape-step-form", "fixed"])), ref)
+
+
+def test_fairseq_interactive_prints_what_the_translation_task_prints(l0drop_ckpt, corpus):
+    with open(os.path.join(corpus["raw"], "test.src"), encoding="utf-8") as f:
+        stdin = "".join(f.read().splitlines(keepends=True)[:12])
+    argv = [corpus["bin"], "--user-dir", USER_DIR, "--path", l0drop_ckpt, "--cpu", "--source-lang", "src",
+            "--target-lang", "tgt", "--beam", "4", "--nbest", "2", "--buffer-size", "5", "--batch-size", "5"]
+    ref = per_sentence_lines(run_main("interactive", argv, stdin))
+    assert sum(line.startswith("H-") for line in ref) == 24
+    assert_close(per_sentence_lines(run_main("interactive", argv + FIXED, stdin)), ref)
+
+
+def test_the_hub_interface_translates_as_the_translation_task_does(l0drop_ckpt, corpus):
+    from fairseq_sparse.fixed_shape_search import FixedShapeSequenceGenerator
+    from fairseq_sparse.models.transformer_l0drop import L0DropTransformerModel
+    from fairseq_sparse.tasks.translation_fixed_shape import use_fixed_shape_search
+
+    def hub():
+        return L0DropTransformerModel.from_pretrained(
+            os.path.dirname(l0drop_ckpt), checkpoint_file=os.path.basename(l0drop_ckpt),
+            data_name_or_path=corpus["bin"], source_lang="src", target_lang="tgt")
+
+    with open(os.path.join(corpus["raw"], "test.src"), encoding="utf-8") as f:
+        sources = [line.strip() for line in f][:8]
+    fixed = use_fixed_shape_search(hub(), fixed_shape_stop_every=2)
+    assert isinstance(fixed.task.build_generator(fixed.models, fixed.cfg.generation), FixedShapeSequenceGenerator)
+    assert fixed.task.cfg.fixed_shape_stop_every == 2 and fixed.task.cfg.source_lang == "src"
+    assert fixed.translate(sources, beam=4) == hub().translate(sources, beam=4)
+    with pytest.raises(ValueError, match="unknown option"):
+        use_fixed_shape_search(hub(), stop_every=2)

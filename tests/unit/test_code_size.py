@@ -18,7 +18,6 @@ ALLOWED = {
      "LabelSmoothedCrossEntropyWithSparsity.__init__"): 74,
     ("fairseq_sparse/models/transformer_l0drop.py", "L0DropTransformerEncoder"): 211,
     ("fairseq_sparse/analysis/plotting.py", "head_heatmap"): 77,
-    ("fairseq_sparse/fixed_shape_search.py", "FixedShapeSequenceGenerator._search"): 71,
 }
 
 
