@@ -110,11 +110,14 @@ class Beams:
 
 class Run:
     """What the steps of one ``generate`` call read and update: the beams, the encoder outputs, the decoders'
-    incremental states, the self-attention modules with buffers, and the form of the step."""
+    incremental states, the modules that read the step tensor (self-attention with buffers, step positions), and the
+    form of the step. A step reads only these (and the models' parameters), so a CUDA graph captured on one run
+    replays another once that run's tensors are copied in."""
 
     def __init__(self, beams: Beams, encoder_outs, incremental_states, static, fixed: bool):
         self.beams, self.encoder_outs, self.incremental_states = beams, encoder_outs, incremental_states
         self.static, self.fixed = static, fixed
+        self.graph = None  # the CUDA graph that steps this run, once found or captured
 
     def length(self, step: int) -> int:
         """Positions a step reads: up to the step (prefix form) or all (fixed form)."""
@@ -148,27 +151,34 @@ class StepGraphs:
     its tensors into the captured ones and replays. A graph holds the model's parameters by address: parameters
     updated in place are read anew, replaced ones are not (build a new generator then)."""
 
+    #: the device whose runs are captured
+    device_type = "cuda"
+
     def __init__(self, size: int = 4):
         self.size, self.graphs, self.pool = size, OrderedDict(), None
 
     def step(self, generator, run: Run):
-        key = tuple((name, tuple(t.shape), t.dtype) for name, t in run.tensors())
-        entry = self.graphs.get(key)
-        if entry is None:
-            self.graphs[key] = self._capture(generator, run)
-            while len(self.graphs) > self.size:
-                self.graphs.popitem(last=False)
-            return
-        self.graphs.move_to_end(key)
-        graph, captured = entry
-        if captured is not run:
+        """Step ``run`` by replaying its graph: found (or captured) at the first call of a run, which copies the
+        run's tensors into the captured ones when another batch's run was captured."""
+        if run.graph is None:
+            key = tuple((name, tuple(t.shape), t.dtype) for name, t in run.tensors())
+            if key not in self.graphs:
+                self.graphs[key] = self._capture(generator, run)
+                while len(self.graphs) > self.size:
+                    self.graphs.popitem(last=False)
+                run.graph = self.graphs[key][0]
+                return  # the warm-up was this step
+            self.graphs.move_to_end(key)
+            graph, captured = self.graphs[key]
             for (_, mine), (_, theirs) in zip(captured.tensors(), run.tensors()):
                 mine.copy_(theirs)
             run.beams, run.encoder_outs, run.incremental_states = (captured.beams, captured.encoder_outs,
                                                                    captured.incremental_states)
-        graph.replay()
+            run.graph = graph
+        run.graph.replay()
 
     def _capture(self, generator, run: Run):
+        """(graph, run) with this run's step captured, after running it for real (the warm-up)."""
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
@@ -179,10 +189,6 @@ class StepGraphs:
             generator._step(run, 1)  # recorded, not run
         self.pool = graph.pool()
         return graph, run
-
-    def memory_mb(self) -> float:
-        """The CUDA memory the graphs' pool holds now (reserved by the caching allocator for it)."""
-        return 0.0 if self.pool is None else torch.cuda.memory_reserved() / 2 ** 20
 
 
 @contextmanager
@@ -243,7 +249,7 @@ class FixedShapeSequenceGenerator(SequenceGenerator):
         with static_self_attention(decoders, [{} for _ in decoders], 1, 1):  # the classes the step will see
             reason = self.why_not_fixed(decoders, capacity)
         if reason is None:
-            return True, device.type == "cuda" and self.graphs is not None
+            return True, self.graphs is not None and device.type == self.graphs.device_type
         if self.step_form == "fixed":
             raise ValueError(f"the fixed-shape search cannot give this model steps of fixed shape: {reason}")
         if reason not in self._told:
@@ -275,7 +281,7 @@ class FixedShapeSequenceGenerator(SequenceGenerator):
             static = stack.enter_context(static_self_attention(decoders, incremental_states, rows.numel(),
                                                                max_len + 1, zeroed=fixed))
             if fixed:
-                stack.enter_context(step_positions(decoders, beams.step, max_len + 1))
+                static = static + stack.enter_context(step_positions(decoders, max_len + 1))
                 stack.enter_context(decoder_flag(decoders, "cross_self_attention", True))
             run = Run(beams, encoder_outs, incremental_states, static, fixed)
             for step in range(max_len + 1):
@@ -293,8 +299,8 @@ class FixedShapeSequenceGenerator(SequenceGenerator):
         host, read only for the first step's rule, the prefix form's length and n-gram blocking."""
         b, beam = run.beams, self.beam_size
         length = run.length(step)
-        for attention in run.static:
-            attention.static_step, attention.static_length = b.step, length
+        for module in run.static:
+            module.static_step, module.static_length = b.step, length
         tokens_in = b.tokens.gather(1, b.step.expand(b.tokens.size(0), 1)) if run.fixed else b.tokens[:, :length]
         lprobs, _ = self.model.forward_decoder(tokens_in, run.encoder_outs, run.incremental_states, self.temperature)
         lprobs.masked_fill_(lprobs != lprobs, -math.inf)

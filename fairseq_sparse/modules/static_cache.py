@@ -133,10 +133,11 @@ def why_no_step_positions(decoder, capacity: int) -> Optional[str]:
 
 
 @contextmanager
-def step_positions(decoders, step: Tensor, capacity: int):
-    """For one ``generate`` call: each decoder's positional embedding gives the position of ``step`` (a one-element
-    long tensor; the step's token is at position padding_idx + 1 + step, as fairseq's incremental rule puts it) for
-    whatever target it is given. Refused (ValueError) where :func:`why_no_step_positions` says why."""
+def step_positions(decoders, capacity: int):
+    """For one ``generate`` call: each decoder's positional embedding gives the position of its ``static_step`` (a
+    one-element long tensor the search sets before each step; the step's token is at position padding_idx + 1 +
+    step, as fairseq's incremental rule puts it) for whatever target it is given. Yields the modules changed.
+    Refused (ValueError) where :func:`why_no_step_positions` says why."""
     changed = []
     try:
         for decoder in decoders:
@@ -146,15 +147,17 @@ def step_positions(decoders, step: Tensor, capacity: int):
             module = decoder.embed_positions
             if module is None:
                 continue
-            table = module.weights if isinstance(module, SinusoidalPositionalEmbedding) else module.weight
 
-            def forward(input, incremental_state=None, timestep=None, positions=None, table=table,
-                        offset=module.padding_idx + 1):
-                return table.index_select(0, step + offset).view(1, 1, -1).expand(input.size(0), 1, -1)
+            def forward(input, incremental_state=None, timestep=None, positions=None, module=module):
+                table = module.weights if isinstance(module, SinusoidalPositionalEmbedding) else module.weight
+                row = table.index_select(0, module.static_step + (module.padding_idx + 1))
+                return row.view(1, 1, -1).expand(input.size(0), 1, -1)
 
             module.forward = forward
             changed.append(module)
-        yield
+        yield changed
     finally:
         for module in changed:
             del module.forward
+            module.__dict__.pop("static_step", None)
+            module.__dict__.pop("static_length", None)

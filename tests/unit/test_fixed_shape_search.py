@@ -3,13 +3,14 @@ SequenceGenerator's hypotheses and scores for the stock transformer and every ar
 every generation option it accepts; what it cannot honour is refused in one line before decoding. Random tiny
 models built in-process, eager on the CPU."""
 import math
+import types
 
 import pytest
 import torch
 
 from fairseq.modules import MultiheadAttention
 
-from fairseq_sparse.fixed_shape_search import FixedShapeSequenceGenerator, StaticCacheSelfAttention
+from fairseq_sparse.fixed_shape_search import FixedShapeSequenceGenerator, StaticCacheSelfAttention, StepGraphs
 from fairseq_sparse.modules.head_gates import attention_modules, prune_heads
 from fairseq_sparse.tasks.translation_fixed_shape import TranslationFixedShapeConfig, TranslationFixedShapeTask
 from test_shared_memory import build, generation_args, sources
@@ -195,3 +196,64 @@ def test_cuda_graphs_give_fairseqs_hypotheses_and_replay_for_a_new_batch(name):
             ref = decode(model, d, sample, flags, fixed=False)
             for o in out:
                 assert_same(utils.move_to_cpu(o), utils.move_to_cpu(ref))
+
+
+@pytest.mark.parametrize("name", sorted(n for n in ARCHITECTURES if not n.startswith("coverage")))
+def test_a_step_of_fixed_shape_reads_nothing_on_the_host(name, monkeypatch):
+    """What a CUDA graph cannot capture, caught on the CPU: from the second step on (the first step runs eagerly
+    before any capture), no tensor is turned into a Python value (bool, int, float, item, tolist, nonzero) by the
+    search, fairseq or the plugin, so a captured step has no host read."""
+    from fairseq_sparse import fixed_shape_search
+
+    model, d = built(name, 2.5)
+    step = fixed_shape_search.FixedShapeSequenceGenerator._step
+    reads = []
+
+    def host_read(what):
+        def read(self, *args, **kwargs):
+            raise AssertionError(f"a host read ({what}) inside a step of fixed shape")
+        return read
+
+    def guarded(self, run, at):
+        if at == 0:
+            return step(self, run, at)
+        with pytest.MonkeyPatch.context() as m:
+            for what in ("__bool__", "__int__", "__float__", "item", "tolist", "nonzero"):
+                m.setattr(torch.Tensor, what, host_read(what))
+            step(self, run, at)
+        reads.append(at)
+
+    monkeypatch.setattr(fixed_shape_search.FixedShapeSequenceGenerator, "_step", guarded)
+    decode(model, d, sources(d), ["--beam", "4"], fixed=True, step_form="fixed")
+    assert reads, "no step after the first ran"
+
+
+class EagerGraphs(StepGraphs):
+    """StepGraphs on the CPU: "capturing" runs the step for real (the warm-up) and keeps the captured run; a replay
+    runs the step again on that run's tensors, which is what a CUDA graph's replay reads. So a state a new batch
+    fails to copy into the captured run shows here as a wrong hypothesis."""
+
+    device_type = "cpu"
+    captures = 0
+
+    def _capture(self, generator, run):
+        generator._step(run, 1)
+        self.captures += 1
+        return types.SimpleNamespace(replay=lambda: generator._step(run, 1)), run
+
+
+@pytest.mark.parametrize("name", ["transformer", "l0drop, pruned decoding", "composed"])
+def test_a_new_batch_of_a_captured_shape_replays_with_its_own_tensors(name):
+    """One graph per shape, kept for later batches of that shape (their tensors copied into the captured ones), the
+    least recently used dropped beyond the limit; fairseq's hypotheses for every batch, the first and the replayed."""
+    model, d = built(name, 2.5)
+    gen = FixedShapeSequenceGenerator([model], d, beam_size=4, max_len_b=15, step_form="fixed")
+    gen.graphs = EagerGraphs(size=1)
+    batches = [sources(d, seed=0), sources(d, seed=1), sources(d, lengths=(4, 7, 3), seed=2)]
+    for sample in batches + batches[:2]:
+        ref = decode(model, d, sample, ["--beam", "4"], fixed=False)
+        with torch.no_grad():
+            assert_same(gen.generate([model], sample), ref)
+    assert len(gen.graphs.graphs) == 1
+    if name == "transformer":  # (L0Drop's memory length depends on the batch)
+        assert gen.graphs.captures == 3, "seed 1 has seed 0's shape; seed 0's graph was dropped for the third shape"
