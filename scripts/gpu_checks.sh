@@ -6,8 +6,9 @@
 #      where there is network), fairseq-fixed compiled from its sdist against that torch (--no-build-isolation;
 #      CUDA_HOME unset, so not its CUDA kernels, which nothing here uses), this package (--no-deps); skipped when
 #      the environment has fairseq-train and fairseq-sparse-recipe
-#   2. tests: the cuda-marked tests of both tiers (pytest -m cuda -rs)
-#   3. bench: the GPU benchmarks, fp16, transformer-base sizes: batch 1 and 64, source lengths 25/400/1000, beam 4
+#   2. tests: the cuda-marked tests of both tiers (pytest -m cuda -rs), or of the test paths in $TESTS
+#   3. bench: the GPU benchmarks, fp16, transformer-base sizes: batch 1 and 64, source lengths 25/400/1000, beam 4;
+#      first the fixed-shape search against fairseq's (fixed_bN: fp16, N 1, 64 or 256; fixed_fp32_b64: fp32)
 # and writes one report folder, gpu_report/ (or $GPU_REPORT): device.json (GPU, torch, CUDA, Python, commit, date),
 # pip.txt, pytest.txt (one line per test), bench/*.json and bench/*.txt, gpu_checks.log, summary.txt. Where $OUT is
 # set (the device tool's, which brings back at most 8 files), the folder is /tmp/gpu_report and after every stage it
@@ -19,6 +20,8 @@
 #   scripts/gpu_checks.sh [STAGE ...]     # stages: install tests bench (default: all three, in this order)
 #   QUICK=1 scripts/gpu_checks.sh bench   # the benchmarks with fewer repeats and lengths (a first look)
 #   BENCH="l0drop_b64 composed_b64" scripts/gpu_checks.sh bench   # only these runs (names as in bench/)
+#   TESTS=tests/unit/test_fixed_shape_search.py BENCH="fixed_b64 fixed_b1 fixed_fp32_b64" scripts/gpu_checks.sh
+#       # the fixed-shape search's device call (issue 43): its CUDA tests and benchmarks
 # The bench stage resumes: a run whose bench/NAME.json exists is skipped (a second call on a warm machine
 # goes on where the first one's time ran out).
 set -uo pipefail
@@ -28,8 +31,11 @@ for var in LIMIT_INSTALL LIMIT_TESTS LIMIT_BENCH; do
     [[ -z "${!var:-}" || "${!var}" =~ ^[1-9][0-9]*$ ]] || { echo "gpu_checks.sh: $var must be whole seconds > 0, got '${!var}'"; exit 2; }
 done
 for name in ${BENCH:-}; do
-    [[ "$name" =~ ^((l0drop|composed)_b(1|64)|(heads|simplified)_len[0-9]+)$ ]] \
-        || { echo "gpu_checks.sh: BENCH names no run '$name' (l0drop_bN, composed_bN with N 1 or 64; heads_lenL, simplified_lenL)"; exit 2; }
+    [[ "$name" =~ ^((l0drop|composed)_b(1|64)|fixed_b(1|64|256)|fixed_fp32_b64|(heads|simplified)_len[0-9]+)$ ]] \
+        || { echo "gpu_checks.sh: BENCH names no run '$name' (l0drop_bN, composed_bN with N 1 or 64; fixed_bN with N 1, 64 or 256; fixed_fp32_b64; heads_lenL, simplified_lenL)"; exit 2; }
+done
+for path in ${TESTS:-}; do
+    [[ -e "$path" ]] || { echo "gpu_checks.sh: TESTS names no test path '$path'"; exit 2; }
 done
 DEFAULT_REPORT=gpu_report
 [[ -n "${OUT:-}" ]] && DEFAULT_REPORT=/tmp/gpu_report
@@ -106,7 +112,7 @@ EOF
 
 tests() {
     # -v: one line per test as it ends, so a stage stopped by its limit still says which passed
-    "$PY" -m pytest -v -rs -m cuda -p no:cacheprovider tests/unit tests/e2e --junitxml "$REPORT/pytest.xml" \
+    "$PY" -m pytest -v -rs -m cuda -p no:cacheprovider ${TESTS:-tests/unit tests/e2e} --junitxml "$REPORT/pytest.xml" \
         2>&1 | tee "$REPORT/pytest.txt"
     note "tests: $(tail -1 "$REPORT/pytest.txt")"
 }
@@ -118,7 +124,9 @@ bench_one() {
     [[ -z "${BENCH:-}" || " $BENCH " == *" $name "* ]] || return 0
     [[ -s "$REPORT/bench/$name.json" ]] && { echo "bench $name: done already"; return 0; }
     echo "bench $name ($(date +%T))"
-    "$PY" "benchmarks/$script" --device cuda --fp16 --json "$REPORT/bench/$name.json" "$@" \
+    local precision=--fp16
+    [[ "$name" == *_fp32_* ]] && precision=
+    "$PY" "benchmarks/$script" --device cuda $precision --json "$REPORT/bench/$name.json" "$@" \
         > "$REPORT/bench/$name.txt" 2>&1
     note "bench $name: exit $? ($script $*)"
 }
@@ -127,6 +135,12 @@ bench() {
     mkdir -p "$REPORT/bench"
     local lengths=25,400,1000 repeats=3
     [[ -n "${QUICK:-}" ]] && lengths=25,400 repeats=1
+    # the fixed-shape search (CUDA graphs) against fairseq's SequenceGenerator, stock and L0Drop (issue 43)
+    for batch in 64 1 256; do
+        bench_one "fixed_b$batch" fixed_shape_search.py --batch-sizes $batch --lengths $lengths --beam 4 \
+            --repeats $repeats
+    done
+    bench_one fixed_fp32_b64 fixed_shape_search.py --batch-sizes 64 --lengths $lengths --beam 4 --repeats $repeats
     # batch 64 first: where the bytes model says pruning the memory pays (and issue 25's goal is measured)
     for batch in 64 1; do
         bench_one "l0drop_b$batch" l0drop_decoding.py --lengths $lengths --batch-size $batch --beam 4 --repeats $repeats

@@ -28,7 +28,9 @@ def test_stages_pack_the_report_and_stop_at_their_limits(tmp_path):
 
 def test_bad_limit_or_benchmark_name_refused_before_any_work(tmp_path):
     for bad, message in (({"LIMIT_TESTS": "ten"}, "LIMIT_TESTS must be whole seconds > 0"),
-                         ({"BENCH": "l0drop_b32"}, "BENCH names no run 'l0drop_b32'")):
+                         ({"BENCH": "l0drop_b32"}, "BENCH names no run 'l0drop_b32'"),
+                         ({"BENCH": "fixed_b32"}, "BENCH names no run 'fixed_b32'"),
+                         ({"TESTS": "tests/unit/test_nothing.py"}, "TESTS names no test path")):
         report = tmp_path / "report"
         env = dict(os.environ, GPU_REPORT=str(report), GPU_VENV=sys.prefix, **bad)
         proc = subprocess.run(["bash", os.path.join(REPO, "scripts", "gpu_checks.sh"), "tests", "bench"], env=env,
