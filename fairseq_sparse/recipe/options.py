@@ -131,8 +131,9 @@ def _model_and_budget(p):
     g.add_argument("--finetune-lr", type=float, default=5e-4, help="fixed learning rate of every fine-tuning")
     g.add_argument("--finetune-updates", type=int, default=2100,
                    help="updates of every fine-tuning and control (the default: what the quality study needed, "
-                        "docs/quality.md: head gates in all three types came within 0.5 BLEU of their control on "
-                        "DDTP en-de, mean of two seeds, from 1,400 updates on, -0.38 at 2,000; 600: a quick look)")
+                        "reports/2026-11-26-head-gates-two-seeds/README.md: head gates in all three types came "
+                        "within 0.5 BLEU of their control on DDTP en-de, mean of two seeds, from 1,400 updates on, "
+                        "-0.38 at 2,000; 600: a quick look)")
     g.add_argument("--sparsity-lr", type=float, default=0.05, help="adam_sparsity's rate for gates and multipliers")
     g.add_argument("--l0drop-weight-lr", type=float, default=None,
                    help="adam_sparsity's rate for L0Drop's input weights w (--l0drop-weight-lr); default: --sparsity-lr")
@@ -168,7 +169,9 @@ def _methods(p):
                    help="the composed model's L0Drop target (share of source states pruned at the encoder output). "
                         "Low by default: at 3+3 x 128 on DDTP en-de L0Drop alone cost about 1 BLEU per 10 points "
                         "pruned, while the composed model's speed at 400 source tokens came "
-                        "mostly from the shared memory, the cut heads and the missing decoder FFN (docs/quality.md)")
+                        "mostly from the shared memory, the cut heads and the missing decoder FFN "
+                        "(reports/2026-11-26-l0drop-gap-vs-target/README.md, "
+                        "reports/2026-11-27-composed-mild-target/README.md)")
     g.add_argument("--composed-head-gates", default="enc,dec,encdec",
                    help="attention types the composed model gates (comma list of enc, dec, encdec)")
     g.add_argument("--attention-reg", choices=("entropy", "linf"), default="entropy",

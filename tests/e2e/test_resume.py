@@ -1,6 +1,7 @@
 """A target-sparsity run killed after a checkpoint and resumed is the uninterrupted run, bit for bit: weights,
-gates, the controller's multipliers and the iterator (docs/notes_resume.md). fairseq itself departs when the
-checkpoint lies in a later epoch than the first, unless --update-epoch-batch-itr True (the note says why)."""
+gates, the controller's multipliers and the iterator (reports/2026-11-24-resume-exactness/README.md). fairseq
+itself departs when the checkpoint lies in a later epoch than the first, unless --update-epoch-batch-itr True (the
+report says why)."""
 import os
 import shutil
 
