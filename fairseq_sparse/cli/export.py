@@ -80,6 +80,8 @@ def validate(args) -> dict:
         options = model_options(state)
     except Exception as e:
         raise common.ToolError(f"--path: cannot read {args.path}: {type(e).__name__}: {e}") from None
+    if args.data is None:  # the checkpoint's own data folder holds the dictionaries it is read with
+        common.check_output_files([("--output", args.output)], args.overwrite, data=data_dir(state))
     reason = refusal(options)
     if reason:
         raise common.ToolError(f"cannot export {args.path}: {reason}")

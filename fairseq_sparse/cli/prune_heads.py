@@ -18,6 +18,7 @@ import logging
 
 from fairseq import checkpoint_utils, tasks
 
+from ..checkpoint_safety import data_dir, read_state
 from ..modules.head_gates import ATTENTION_TYPES, check_head_mask, head_layout, read_head_mask
 from . import common
 
@@ -98,6 +99,12 @@ def validate(args):
         common.check_data_dir(args.data, "--data")
     outputs = [("--output", args.output), ("--output (its kept heads)", common.kept_heads_path(args.output))]
     common.check_output_files(outputs, args.overwrite, inputs=[args.path, args.head_mask], data=args.data)
+    if args.data is None:  # the checkpoint's own data folder holds the dictionaries it is read with
+        try:
+            own = data_dir(read_state(args.path))
+        except Exception as e:
+            raise common.ToolError(f"--path: cannot read {args.path}: {type(e).__name__}: {e}") from None
+        common.check_output_files(outputs, args.overwrite, data=own)
     if args.head_mask is None:
         return None
     try:

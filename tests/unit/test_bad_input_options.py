@@ -185,6 +185,26 @@ def test_a_data_file_is_never_an_output(tool, data_and_ckpt, capsys):
     assert {name: open(f"{data}/{name}").read() for name in before} == before
 
 
+@pytest.mark.parametrize("tool", ["export", "prune_heads"])
+def test_the_checkpoints_own_data_folder_is_never_an_output(tool, data_and_ckpt, capsys):
+    """Without --data, export and prune-heads read the dictionaries of the data folder named in the checkpoint's
+    cfg; --output DATA/dict.src.txt --overwrite replaced it (only a --data folder was guarded)."""
+    import importlib
+    import os
+
+    data, ckpt = data_and_ckpt
+    torch.save({"model": {}, "cfg": {"task": {"data": data}, "model": {"arch": "transformer"}}}, ckpt)
+    module = importlib.import_module(f"fairseq_sparse.cli.{tool}")
+    before = {name: open(f"{data}/{name}").read() for name in sorted(os.listdir(data))}
+    with pytest.raises(SystemExit) as e:
+        module.main(["--path", ckpt, "--output", f"{data}/dict.src.txt", "--overwrite"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--output {data}/dict.src.txt is a file of the data directory {data}: refusing" in err, err[-2000:]
+    assert len(err.strip().splitlines()) == 1, err
+    assert {name: open(f"{data}/{name}").read() for name in sorted(os.listdir(data))} == before
+
+
 def test_universal_pos_tags_are_refused(tmp_path):
     """The POS pattern and the token types read Penn Treebank tags: Universal POS tags made them find nothing."""
     from fairseq_sparse.modules.token_tags import read_tags
