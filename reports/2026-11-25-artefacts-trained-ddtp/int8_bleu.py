@@ -6,7 +6,7 @@ BPE'd as in training, one sentence per line) in batches, in turn, with one threa
 CPU time. The hypotheses are joined at '@@ ', Moses-detokenised (--detok-lang) and scored against REFERENCE (raw
 text) with sacrebleu (13a); the int8 model's BLEU is tested against float32's with sacrebleu's paired bootstrap.
 
-    python scripts/experiments/int8_bleu.py --float32 m.ts.pt --int8 m.int8.ts.pt \\
+    python reports/2026-11-25-artefacts-trained-ddtp/int8_bleu.py --float32 m.ts.pt --int8 m.int8.ts.pt \\
         --source WORK/tok/test.bpe.en --reference CORPUS/test.de --detok-lang de
 """
 import argparse

@@ -6,8 +6,8 @@ thread, timed by the process's CPU time; the first artefact is the reference. Pr
 over the rounds and its ratio to the reference in the same round (median, min and max: how noisy the machine
 was). Hypotheses are not scored here (int8_bleu.py does that).
 
-    OMP_NUM_THREADS=1 python scripts/experiments/artefact_speed.py --source WORK/tok/test.bpe.en \\
-        --rounds 3 stock.ts.pt l0drop.ts.pt l0drop.int8.ts.pt
+    OMP_NUM_THREADS=1 python reports/2026-11-25-artefacts-trained-ddtp/artefact_speed.py \\
+        --source WORK/tok/test.bpe.en --rounds 3 stock.ts.pt l0drop.ts.pt l0drop.int8.ts.pt
 """
 import argparse
 import os
