@@ -40,7 +40,7 @@ from .models.transformer_l0drop import L0DropTransformerDecoder
 from .modules.attention_normalisers import NormalisedAttention
 from .modules.count_attention import CountAwareAttention
 from .modules.head_gates import HeadlessAttention
-from .modules.shared_memory import SharedMemoryAttention
+from .modules.shared_memory import SharedMemoryAttention, TransformerEncoderBase
 from .modules.static_cache import StaticCacheSelfAttention, static_self_attention, step_positions, \
     why_no_step_positions
 
@@ -77,6 +77,49 @@ def updated_in_place(module) -> bool:
     if isinstance(module, MultiheadAttention):
         return False
     return type(module).reorder_incremental_state is FairseqIncrementalDecoder.reorder_incremental_state
+
+
+def why_not_one_memory_row(model) -> Optional[str]:
+    """None if the search can give this model's decoder one encoder memory row per sentence, read by all its beams
+    (:class:`SharedMemoryAttention`: the encoder-decoder keys and values computed once per sentence), where the model
+    expands its memory over the beam (fairseq's encoder); else why not. L0Drop keeps one row already."""
+    encoder, decoder = model.encoder, model.decoder
+    if type(encoder).reorder_encoder_out is not TransformerEncoderBase.reorder_encoder_out:
+        return f"its encoder ({type(encoder).__name__}) reorders its output itself"
+    if getattr(decoder, "cross_self_attention", False):
+        return "--cross-self-attention reads the memory in the self-attention"
+    attentions = [getattr(layer, "encoder_attn", None) for layer in getattr(decoder, "layers", None) or []]
+    if not any(type(a) is MultiheadAttention for a in attentions):
+        return "it has no fairseq MultiheadAttention over the memory"
+    for a in attentions:
+        if a is not None and not isinstance(a, HeadlessAttention) and (
+                type(a) is not MultiheadAttention or a.bias_k is not None or a.add_zero_attn
+                or getattr(a, "use_xformers", False)):
+            return f"its encoder-decoder attention ({type(a).__name__}) reads one memory row per hypothesis"
+    return None
+
+
+@contextmanager
+def one_memory_row(models, allowed: bool = True):
+    """For one ``generate`` call: the encoder-decoder attention of each model :func:`why_not_one_memory_row` allows
+    becomes a :class:`SharedMemoryAttention` (same parameters; its class is put back afterwards). Yields, per model,
+    whether its memory keeps one row per sentence (then it is not expanded over the beam). ``allowed`` False: none
+    (models without incremental state)."""
+    swapped = []
+    try:
+        shared = []
+        for model in models:
+            shared.append(allowed and why_not_one_memory_row(model) is None)
+            if shared[-1]:
+                for layer in model.decoder.layers:
+                    if type(layer.encoder_attn) is MultiheadAttention:
+                        layer.encoder_attn.__class__ = SharedMemoryAttention
+                        swapped.append(layer.encoder_attn)
+        yield shared
+    finally:
+        for attention in swapped:
+            attention.__class__ = MultiheadAttention
+            attention.__dict__.pop("hypotheses", None)
 
 
 class Beams:
@@ -269,15 +312,19 @@ class FixedShapeSequenceGenerator(SequenceGenerator):
         bsz, src_len = src_tokens.size()[:2]
         max_len = min(int(self.max_len_a * src_len + self.max_len_b), self.max_len - 1)
         assert self.min_len <= max_len, "min_len cannot be larger than max_len, please adjust these!"
-        encoder_outs = self.model.forward_encoder(sample["net_input"])
         rows = torch.arange(bsz, device=src_tokens.device).repeat_interleave(self.beam_size)
-        # the beams of a sentence stay in its rows: the memory is never reordered again
-        encoder_outs = self.model.reorder_encoder_out(encoder_outs, rows)
         decoders = [m.decoder for m in self.model.models] if self.model.has_incremental_states() else []
         beams = Beams(bsz, self.beam_size, max_len, self.eos if bos_token is None else bos_token, self.pad,
                       src_tokens.device)
         fixed, captured = self._form(decoders, max_len + 1, src_tokens.device)
         with ExitStack() as stack:
+            shared = stack.enter_context(one_memory_row(self.model.models, bool(decoders)))
+            encoder_outs = self.model.forward_encoder(sample["net_input"])
+            if encoder_outs is not None:
+                # the beams of a sentence stay in its rows: the memory is never reordered after this (and where it
+                # is shared by the beams of a sentence, not expanded either)
+                encoder_outs = [out if one else model.encoder.reorder_encoder_out(out, rows)
+                                for model, out, one in zip(self.model.models, encoder_outs, shared)]
             static = stack.enter_context(static_self_attention(decoders, incremental_states, rows.numel(),
                                                                max_len + 1, zeroed=fixed))
             if fixed:

@@ -257,3 +257,40 @@ def test_a_new_batch_of_a_captured_shape_replays_with_its_own_tensors(name):
     assert len(gen.graphs.graphs) == 1
     if name == "transformer":  # (L0Drop's memory length depends on the batch)
         assert gen.graphs.captures == 3, "seed 1 has seed 0's shape; seed 0's graph was dropped for the third shape"
+
+
+@pytest.mark.parametrize("form", ["prefix", "fixed"])
+def test_the_stock_memory_keeps_one_row_per_sentence_read_by_its_beams(form):
+    """fairseq's transformer expands its memory over the beam; here its encoder-decoder attention computes the keys
+    and values once per sentence (SharedMemoryAttention) during the search, and is fairseq's class again after."""
+    from fairseq_sparse.modules.shared_memory import SharedMemoryAttention
+
+    model, d = build("transformer")
+    sample = sources(d)
+    rows = []
+
+    def record(module, args, kwargs, out):
+        state = module._get_input_buffer(kwargs["incremental_state"])
+        rows.append((type(module), state["prev_key"].size(0)))
+
+    hooks = [layer.encoder_attn.register_forward_hook(record, with_kwargs=True) for layer in model.decoder.layers]
+    out = decode(model, d, sample, ["--beam", "4"], fixed=True, step_form=form)
+    for h in hooks:
+        h.remove()
+    n = sample["net_input"]["src_tokens"].size(0)
+    assert rows and all(kind is SharedMemoryAttention and r == n for kind, r in rows), rows[:3]
+    assert all(type(layer.encoder_attn) is MultiheadAttention for layer in model.decoder.layers)
+    assert_same(out, decode(model, d, sample, ["--beam", "4"], fixed=False))
+
+
+@pytest.mark.parametrize("form", ["prefix", "fixed"])
+def test_an_ensemble_gives_fairseqs_hypotheses(form):
+    """Two models, a stock transformer (memory shared by the beams) and an L0Drop one (its own per-sentence memory)."""
+    from fairseq.sequence_generator import SequenceGenerator
+
+    (a, d), (b, _) = build("transformer"), built("l0drop, pruned decoding", 2.5)
+    sample = sources(d)
+    fixed = FixedShapeSequenceGenerator([a, b], d, beam_size=4, max_len_b=15, step_form=form)
+    stock = SequenceGenerator([a, b], d, beam_size=4, max_len_b=15)
+    with torch.no_grad():
+        assert_same(fixed.generate([a, b], sample), stock.generate([a, b], sample))
