@@ -106,15 +106,33 @@ def data_dir(state: Mapping) -> str:
     return str(data).split(os.pathsep)[0] if data else ""
 
 
-def _dictionary_symbols(path: str):
+def dictionary_symbols(path: str) -> list:
+    """The words of a fairseq dictionary file (``dict.LANG.txt``: one 'word count' a line), in order."""
     with open(path, encoding="utf-8") as f:
         return [line.split(" ", 1)[0] for line in f]
 
 
+def dictionary_files(state: Mapping) -> dict:
+    """{"source": path, "target": path} of the dictionary files the checkpoint was trained with, those its data
+    directory still holds: dict.LANG.txt, LANG from its cfg or, trained without -s/-t, inferred from the data's file
+    names as fairseq does."""
+    data = data_dir(state)
+    if not data or not os.path.isdir(data):
+        return {}
+    task = _options(state, "task")
+    langs = (task.get("source_lang"), task.get("target_lang"))
+    if not all(langs):
+        from fairseq.data.data_utils import infer_language_pair
+
+        langs = infer_language_pair(data)
+    files = {side: os.path.join(data, f"dict.{lang}.txt") for side, lang in zip(("source", "target"), langs) if lang}
+    return {side: path for side, path in files.items() if os.path.isfile(path)}
+
+
 def check_teacher_checkpoint(path: str, task) -> None:
     """ValueError unless PATH is a readable fairseq checkpoint whose embedding tables have the sizes of
-    ``task``'s dictionaries, and, where the teacher's training data directory still exists, the same
-    dictionary files (a distillation teacher must predict over the student's vocabulary)."""
+    ``task``'s dictionaries, and, where the teacher's training data directory still exists, dictionaries of the
+    same symbols (a distillation teacher must predict over the student's vocabulary)."""
     if not os.path.isfile(path):
         raise ValueError(f"--distill-teacher {path}: no such file")
     try:
@@ -127,10 +145,8 @@ def check_teacher_checkpoint(path: str, task) -> None:
         if weight is not None and weight.size(0) != len(dictionary):
             raise ValueError(f"--distill-teacher {path}: its {side} has {weight.size(0)} embeddings but the data's "
                              f"dictionary has {len(dictionary)} symbols; the teacher must use the data's dictionaries")
-    task_options, data = _options(state, "task"), data_dir(state)
-    src, tgt = task_options.get("source_lang"), task_options.get("target_lang")
-    for lang, dictionary in ((src, task.source_dictionary), (tgt, task.target_dictionary)):
-        theirs = os.path.join(data, f"dict.{lang}.txt") if data and lang else None
-        if theirs and os.path.isfile(theirs) and _dictionary_symbols(theirs) != dictionary.symbols[dictionary.nspecial:]:
-            raise ValueError(f"--distill-teacher {path} was trained with the dictionary {theirs}, which differs from "
-                             "the data's; the teacher must use the data's dictionaries")
+    theirs = dictionary_files(state)
+    for side, dictionary in (("source", task.source_dictionary), ("target", task.target_dictionary)):
+        if side in theirs and dictionary_symbols(theirs[side]) != dictionary.symbols[dictionary.nspecial:]:
+            raise ValueError(f"--distill-teacher {path} was trained with the dictionary {theirs[side]}, whose symbols "
+                             "differ from the data's; the teacher must use the data's dictionaries")

@@ -76,7 +76,7 @@ def _check_data_bin(a, data):
 
 def _check_baseline_checkpoint(a, data):
     """A brought baseline must be a readable checkpoint of the recipe's sizes over the data-bin's dictionary."""
-    from ..checkpoint_safety import model_options, read_state
+    from ..checkpoint_safety import dictionary_files, dictionary_symbols, model_options, read_state
 
     path = a.baseline_checkpoint
     if a.corpus:
@@ -101,6 +101,12 @@ def _check_baseline_checkpoint(a, data):
     if rows is not None and rows.size(0) != words:
         fail(f"--baseline-checkpoint {path} has {rows.size(0)} embeddings but --data-bin's dictionary {words}: it was "
              "trained on other data")
+    theirs = dictionary_files(state)  # where its data directory is still there: the symbols, not only their number
+    for side, lang in (("source", a.source_lang), ("target", a.target_lang)):
+        ours = os.path.join(data, f"dict.{lang}.txt")
+        if side in theirs and dictionary_symbols(theirs[side]) != dictionary_symbols(ours):
+            fail(f"--baseline-checkpoint {path} was trained with the dictionary {theirs[side]}, whose symbols differ "
+                 f"from --data-bin's {ours}: it was trained on other data")
 
 
 #: the options that make the prepared data what it is

@@ -34,3 +34,61 @@ def test_an_unreadable_checkpoint_is_named_in_one_line(tmp_path):
     with pytest.raises(UnreadableCheckpoint) as e:
         read_state(str(path))
     assert str(path) in str(e.value) and "truncated" in str(e.value) and "\n" not in str(e.value)
+
+
+def _data(folder, words, bins=False):
+    """A data folder of dictionaries dict.src.txt, dict.tgt.txt (WORDS) and the file names fairseq infers the language
+    pair from (with BINS: the binary splits the recipe checks for, empty)."""
+    folder.mkdir()
+    for lang in ("src", "tgt"):
+        (folder / f"dict.{lang}.txt").write_text("".join(f"{w} 1\n" for w in words))
+        for split in ("train", "valid", "test") if bins else ("train",):
+            (folder / f"{split}.src-tgt.{lang}.bin").write_bytes(b"")
+    return str(folder)
+
+
+def _checkpoint(path, data, rows, sizes=None):
+    """A checkpoint trained on DATA without -s/-t (its cfg names no languages) with ROWS embeddings."""
+    weight = torch.zeros(rows, 2)
+    torch.save({"model": {"encoder.embed_tokens.weight": weight, "decoder.embed_tokens.weight": weight},
+                "cfg": {"task": {"data": data, "source_lang": None, "target_lang": None}, "model": sizes or {}}}, path)
+    return str(path)
+
+
+def test_a_teacher_with_a_dictionary_of_other_symbols_is_refused(tmp_path):
+    """Only sizes were compared where the teacher was trained without -s/-t: a teacher over other words of the same
+    number was accepted, and distilled nonsense."""
+    from argparse import Namespace
+
+    from fairseq.data import Dictionary
+
+    from fairseq_sparse.checkpoint_safety import check_teacher_checkpoint
+
+    data = _data(tmp_path / "data", ["a", "b", "c", "d"])
+    task = Namespace(source_dictionary=Dictionary.load(f"{data}/dict.src.txt"),
+                     target_dictionary=Dictionary.load(f"{data}/dict.tgt.txt"))
+    other = _checkpoint(tmp_path / "other.pt", _data(tmp_path / "other", ["a", "b", "x", "d"]), len(task.source_dictionary))
+    with pytest.raises(ValueError, match=r"--distill-teacher .*other.pt was trained with the dictionary .*other/dict.src.txt, "
+                                         r"whose symbols differ from the data's"):
+        check_teacher_checkpoint(other, task)
+    same = _checkpoint(tmp_path / "same.pt", _data(tmp_path / "same", ["a", "b", "c", "d"]), len(task.source_dictionary))
+    check_teacher_checkpoint(same, task)
+
+
+def test_a_baseline_checkpoint_with_a_dictionary_of_other_symbols_is_refused(tmp_path, capsys):
+    """fairseq-sparse-recipe --baseline-checkpoint compared the embeddings' number with --data-bin's dictionary only;
+    refused before any work now (the work dir is not made)."""
+    from conftest import refused_in_process
+    from fairseq_sparse.recipe.main import main
+
+    data = _data(tmp_path / "data-bin", ["a", "b", "c", "d"], bins=True)
+    sizes = {"encoder_layers": 2, "decoder_layers": 2, "encoder_embed_dim": 32, "encoder_ffn_embed_dim": 64,
+             "encoder_attention_heads": 2}
+    ckpt = _checkpoint(tmp_path / "baseline.pt", _data(tmp_path / "other", ["a", "b", "x", "d"]), 8, sizes)
+    work = tmp_path / "work"
+    err = refused_in_process(main, ["--data-bin", data, "-s", "src", "-t", "tgt", "--work-dir", str(work),
+                                    "--baseline-checkpoint", ckpt, "--layers", "2", "--embed-dim", "32", "--ffn-dim",
+                                    "64", "--heads", "2"], capsys, status=None)
+    assert f"--baseline-checkpoint {ckpt} was trained with the dictionary {tmp_path}/other/dict.src.txt, whose " \
+           f"symbols differ from --data-bin's {data}/dict.src.txt" in err, err
+    assert not work.exists()
