@@ -60,23 +60,15 @@ SENTENCE_STATE_DECODERS = (L0DropTransformerDecoder,)
 
 
 def moves_with_the_beam(module) -> bool:
-    """Whether a decoder module's incremental state is per hypothesis, so must follow the beams as they reorder
-    (fairseq reorders every module's state; here rows never leave, so per-sentence state stays where it is)."""
-    if isinstance(module, SENTENCE_STATE_DECODERS):
+    """Whether a decoder module has incremental state per hypothesis, which must follow the beams as they reorder
+    (fairseq reorders every module's state; here rows never leave, so per-sentence state stays where it is, and a
+    module with no state, a headless layer or a decoder with fairseq's no-op, is left out)."""
+    if isinstance(module, SENTENCE_STATE_DECODERS + (HeadlessAttention,)):
         return False
-    if type(module) in STATIC_MEMORY_ATTENTION and module.encoder_decoder_attention:
-        return False
-    return hasattr(module, "reorder_incremental_state")
-
-
-def updated_in_place(module) -> bool:
-    """Whether a module that moves with the beam keeps its state in tensors a replayed step updates in place: the
-    preallocated self-attention buffers, or no state at all (a headless layer; a decoder with fairseq's no-op)."""
-    if isinstance(module, (StaticCacheSelfAttention, HeadlessAttention)):
-        return True
     if isinstance(module, MultiheadAttention):
-        return False
-    return type(module).reorder_incremental_state is FairseqIncrementalDecoder.reorder_incremental_state
+        return not (type(module) in STATIC_MEMORY_ATTENTION and module.encoder_decoder_attention)
+    reorder = getattr(type(module), "reorder_incremental_state", None)
+    return reorder is not None and reorder is not FairseqIncrementalDecoder.reorder_incremental_state
 
 
 def why_not_one_memory_row(model) -> Optional[str]:
@@ -157,9 +149,11 @@ class Run:
     form of the step. A step reads only these (and the models' parameters), so a CUDA graph captured on one run
     replays another once that run's tensors are copied in."""
 
-    def __init__(self, beams: Beams, encoder_outs, incremental_states, static, fixed: bool):
+    def __init__(self, beams: Beams, encoder_outs, incremental_states, static, fixed: bool, decoders):
         self.beams, self.encoder_outs, self.incremental_states = beams, encoder_outs, incremental_states
         self.static, self.fixed = static, fixed
+        #: per decoder, its modules with state per hypothesis (:func:`moves_with_the_beam`)
+        self.movers = [[m for m in d.modules() if moves_with_the_beam(m)] for d in decoders]
         self.graph = None  # the CUDA graph that steps this run, once found or captured
 
     def length(self, step: int) -> int:
@@ -280,8 +274,8 @@ class FixedShapeSequenceGenerator(SequenceGenerator):
             reason = why_no_step_positions(decoder, capacity)
             if reason:
                 return reason
-            for module in decoder.modules():
-                if moves_with_the_beam(module) and not updated_in_place(module):
+            for module in decoder.modules():  # the preallocated self-attention buffers are updated in place
+                if moves_with_the_beam(module) and not isinstance(module, StaticCacheSelfAttention):
                     return f"{type(module).__name__} keeps state per hypothesis that a step replaces"
         return None
 
@@ -330,7 +324,7 @@ class FixedShapeSequenceGenerator(SequenceGenerator):
             if fixed:
                 static = static + stack.enter_context(step_positions(decoders, max_len + 1))
                 stack.enter_context(decoder_flag(decoders, "cross_self_attention", True))
-            run = Run(beams, encoder_outs, incremental_states, static, fixed)
+            run = Run(beams, encoder_outs, incremental_states, static, fixed, decoders)
             for step in range(max_len + 1):
                 if captured and step > 0:
                     self.graphs.step(self, run)
@@ -386,19 +380,18 @@ class FixedShapeSequenceGenerator(SequenceGenerator):
         b.scores[:, :length] = b.scores[:, :length].index_select(0, active)
         b.cumulative.copy_(torch.gather(cand_scores, 1, active_hypos).view(-1))
         b.scores.scatter_(1, at_step, b.cumulative.view(-1, 1))
-        self._reorder_states(run, active, length)
+        self._reorder_states(run, active)
         b.step += 1
 
-    def _reorder_states(self, run: Run, order: Tensor, length: int):
+    @staticmethod
+    def _reorder_states(run: Run, order: Tensor):
         """Each decoder module's per-hypothesis state to the new order (fairseq's ``reorder_incremental_state``,
         less the per-sentence state: :func:`moves_with_the_beam`)."""
-        if not self.model.has_incremental_states():
-            return
-        for model, state in zip(self.model.models, run.incremental_states):
-            for module in model.decoder.modules():
-                if isinstance(module, StaticCacheSelfAttention) and "static_key" in module._get_input_buffer(state):
+        for modules, state in zip(run.movers, run.incremental_states):
+            for module in modules:
+                if isinstance(module, StaticCacheSelfAttention):
                     module.reorder_static(state, order)
-                elif moves_with_the_beam(module):
+                else:
                     module.reorder_incremental_state(state, order)
 
     def _finalise(self, b: Beams, length: int, eos, bbsz_idx, eos_scores):
