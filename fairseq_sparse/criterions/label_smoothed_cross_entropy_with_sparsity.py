@@ -65,6 +65,8 @@ BATCHES_KEY = "sparsity_batches"
 LAG_TOLERANCE = 0.1
 #: ... this many target warm-ups into training is reported (once per key)
 LAG_CHECK_AFTER = 2
+#: the study in which every gate trained from scratch closed and none reopened (the all-closed warning cites it)
+FROM_SCRATCH_REPORT = "reports/2026-11-26-l0drop-from-scratch/README.md"
 
 
 class SparsityConfigError(ValueError, RuntimeError):
@@ -444,9 +446,8 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
         """{controlled L0Drop key: source states the test-time gates g_hat close on this batch}. In training
         the gates read encoder states with dropout, and on small data dropout alone moved the share of g_hat = 0
         by 2-5 points (reports/2026-11-25-controller-small-data/README.md); decoding runs without it. So the
-        encoder runs once more on the batch in eval mode (no dropout, deterministic gates, no gradients, no random
-        numbers drawn) and the controller steers that share: what fairseq-generate will prune. Head gates read no
-        input: nothing to redo."""
+        encoder reruns on the batch in eval mode (no dropout, gradients or random draws) and the controller steers
+        that share: what fairseq-generate will prune. Head gates read no input: nothing to redo."""
         encoder = getattr(model, "encoder", None)
         if self.controller is None or "l0drop" not in self.controller.targets or encoder is None:
             return {}
@@ -491,13 +492,11 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
                           if self.controller is not None and key in self.controller.targets else None)
                 advice = ("Lower the target sparsity or lambda if this is not what you want; from scratch, gates "
                           "close while the model does not yet use its source, and closed gates do not reopen "
-                          "(reports/2026-11-26-l0drop-from-scratch/README.md): fine-tune from a trained model "
-                          "(--finetune-from-model)."
+                          f"({FROM_SCRATCH_REPORT}): fine-tune from a trained model (--finetune-from-model)."
                           if target is None or target >= ALL_CLOSED else
                           f"The target is {target:.2f} now: the controller overshot, as it does when the gates "
                           "cannot follow while the model is still learning (a target from scratch closed every "
-                          "L0Drop gate at once, and so did a ramped fixed lambda, "
-                          "reports/2026-11-26-l0drop-from-scratch/README.md); fine-tune "
+                          f"L0Drop gate at once, and so did a ramped fixed lambda, {FROM_SCRATCH_REPORT}); fine-tune "
                           "from a trained model (--finetune-from-model).")
                 logger.warning("!!! %s: %d of %d gated units are closed (g_hat = 0): the model has (nearly) nothing "
                                "left there. %s", key, int(closed), int(units), advice)

@@ -17,6 +17,8 @@ CHAR_BOUNDARY = "\u2581"  # --char-level's word-boundary symbol: sentencepiece's
 MAX_TOKENS = {"cpu": 4096, "cuda": 16384}
 AMP = {"cpu": False, "cuda": True}
 VALIDATE_EVERY = {"cpu": 0, "cuda": 500}
+#: the study behind --finetune-updates's default
+HEAD_GATES_REPORT = "reports/2026-11-26-head-gates-two-seeds/README.md"
 
 
 def fail(message):
@@ -131,9 +133,8 @@ def _model_and_budget(p):
     g.add_argument("--finetune-lr", type=float, default=5e-4, help="fixed learning rate of every fine-tuning")
     g.add_argument("--finetune-updates", type=int, default=2100,
                    help="updates of every fine-tuning and control (the default: what the quality study needed, "
-                        "reports/2026-11-26-head-gates-two-seeds/README.md: head gates in all three types came "
-                        "within 0.5 BLEU of their control on DDTP en-de, mean of two seeds, from 1,400 updates on, "
-                        "-0.38 at 2,000; 600: a quick look)")
+                        f"{HEAD_GATES_REPORT}: head gates in all three types came within 0.5 BLEU of their control "
+                        "on DDTP en-de, mean of two seeds, from 1,400 updates on, -0.38 at 2,000; 600: a quick look)")
     g.add_argument("--sparsity-lr", type=float, default=0.05, help="adam_sparsity's rate for gates and multipliers")
     g.add_argument("--l0drop-weight-lr", type=float, default=None,
                    help="adam_sparsity's rate for L0Drop's input weights w (--l0drop-weight-lr); default: --sparsity-lr")
