@@ -16,6 +16,8 @@ PUNCT_TAGS = frozenset([".", ",", ":", "``", "''", "-LRB-", "-RRB-", "(", ")", "
 PENN_TAGS = tuple("CC CD DT EX FW IN JJ JJR JJS LS MD NN NNS NNP NNPS PDT POS PRP PRP$ RB RBR RBS RP SYM TO UH VB "
                   "VBD VBG VBN VBP VBZ WDT WP WP$ WRB . , : `` '' -LRB- -RRB- ( ) # $ HYPH NFP ADD AFX XX _SP".split())
 NO_TAG, UNKNOWN_TAG = 0, 1
+#: fairseq's unknown word: a source piece the dictionary lacks
+UNK_PIECE = "<unk>"
 #: Universal POS tags (Universal Dependencies; spaCy's ``pos_``) that are no Penn Treebank tag: a tags file
 #: made mostly of these was written with the wrong tag set (the tag groups would find no function word)
 UNIVERSAL_ONLY_TAGS = frozenset("ADJ ADP ADV AUX CCONJ DET INTJ NOUN NUM PART PRON PROPN PUNCT SCONJ VERB X".split())
@@ -81,10 +83,22 @@ def piece_tag_ids(pieces: Sequence[str], tags: Sequence[str], separator: Optiona
     return [tag_id(per_word[w]) for w in ids]
 
 
+def _unknown_joined(pieces: Sequence[str], n_words: int, separator: Optional[str]) -> Optional[List[str]]:
+    """``pieces`` of ``n_words`` words where ``<unk>`` pieces (a BPE piece the dictionary lacks: its continuation
+    marker is lost in the ids) are read as continuations, the first ones as many as needed; None if none fits."""
+    unknown = [i for i, p in enumerate(pieces[:-1]) if p == UNK_PIECE]
+    extra = len(words_of(pieces, separator)[1]) - n_words
+    if not separator or not 0 < extra <= len(unknown):
+        return None
+    joined = set(unknown[:extra])
+    return [p + separator if i in joined else p for i, p in enumerate(pieces)]
+
+
 def read_tags(path: str, sentences: Sequence[Sequence[str]], separator: Optional[str]) -> List[List[str]]:
     """The part-of-speech tags of ``path``: one line per sentence of ``sentences`` (the split's source pieces,
     specials excluded), whitespace-separated tags, one per word (pieces joined at ``separator``) or one per
-    piece. ValueError naming the file and the first line that does not match."""
+    piece. A sentence whose words the ``<unk>`` pieces leave uncertain gets one tag per piece (its word's). ValueError
+    naming the file and the first line that does not match."""
     try:
         with open(path, encoding="utf-8") as f:
             lines = f.read().split("\n")
@@ -98,7 +112,10 @@ def read_tags(path: str, sentences: Sequence[Sequence[str]], separator: Optional
     for n, (line, pieces) in enumerate(zip(lines, sentences), start=1):
         row = line.split()
         n_words = len(words_of(pieces, separator)[1])
-        if len(row) not in (n_words, len(pieces)):
+        joined = None if len(row) in (n_words, len(pieces)) else _unknown_joined(pieces, len(row), separator)
+        if joined is not None:
+            row = [row[w] for w in word_ids(joined, separator)]
+        elif len(row) not in (n_words, len(pieces)):
             raise ValueError(f"{path} line {n}: {len(row)} tags for a sentence of {n_words} words "
                              f"({len(pieces)} pieces)")
         tags.append(row)

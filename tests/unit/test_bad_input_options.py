@@ -221,6 +221,26 @@ def test_universal_pos_tags_are_refused(tmp_path):
 
 
 
+def test_a_pos_file_one_tag_per_word_holds_where_a_bpe_piece_is_unknown(tmp_path):
+    """'the fo@@ cat sat' binarised with 'fo@@' missing from the dictionary reads back 'the <unk> cat sat': its words
+    were counted from the ids (4), and the correct file of 3 tags was refused, which blocked fairseq-generate and the
+    tools on that split. An <unk> may be a continuation piece: the tags' number says how many are."""
+    from fairseq_sparse.modules.token_tags import piece_tag_ids, read_tags, tag_id
+
+    sentences = [["the", "<unk>", "cat", "sat"], ["a", "dog@@", "gy", "<unk>"], ["<unk>", "<unk>", "x"]]
+    path = tmp_path / "test.tags"
+    path.write_text("DT NN VBD\nDT NN NN\nNN\n")
+    tags = read_tags(str(path), sentences, "@@")
+    assert tags == [["DT", "NN", "NN", "VBD"], ["DT", "NN", "NN"], ["NN", "NN", "NN"]]
+    assert piece_tag_ids(sentences[0], tags[0], "@@") == [tag_id(t) for t in ("DT", "NN", "NN", "VBD")]
+    path.write_text("DT NN VBD\nDT NN NN\nNN NN NN NN\n")  # more tags than pieces: still refused
+    with pytest.raises(ValueError, match=r"test.tags line 3: 4 tags for a sentence of 3 words \(3 pieces\)"):
+        read_tags(str(path), sentences, "@@")
+    path.write_text("DT VBD\nDT NN NN\nNN\n")  # fewer words than the <unk> pieces can explain
+    with pytest.raises(ValueError, match=r"test.tags line 1: 2 tags for a sentence of 4 words"):
+        read_tags(str(path), sentences, "@@")
+
+
 def test_the_synthetic_corpus_tool_never_overwrites_a_corpus(tmp_path, monkeypatch, capsys):
     from fairseq_sparse import synthetic_corpus
 
