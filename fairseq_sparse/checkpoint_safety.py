@@ -57,7 +57,16 @@ torch.serialization.add_safe_globals(FAIRSEQ_CHECKPOINT_CLASSES + NUMPY_ARRAY_GL
 
 
 class UnreadableCheckpoint(ValueError):
-    """A checkpoint file that torch cannot read (truncated by a full disk or a killed write, or not a checkpoint)."""
+    """A checkpoint file that torch cannot read (truncated by a full disk or a killed write, or not a checkpoint);
+    ``path`` and ``cause`` (one line) for a caller's own message."""
+
+    def __init__(self, path: str, cause):
+        if isinstance(cause, BaseException):
+            cause = f"{type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}"
+        self.path, self.cause = path, cause
+        super().__init__(f"{path} is not a readable checkpoint ({cause}): it may be truncated (a full disk, a killed "
+                         "write); delete it (a fairseq-train run then starts again from its last readable checkpoint, "
+                         "or from the start)")
 
 
 def read_state(path: str) -> dict:
@@ -68,10 +77,22 @@ def read_state(path: str) -> dict:
     except FileNotFoundError:
         raise
     except Exception as e:
-        raise UnreadableCheckpoint(
-            f"{path} is not a readable checkpoint ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}): "
-            "it may be truncated (a full disk, a killed write); delete it (a fairseq-train run then starts again "
-            "from its last readable checkpoint, or from the start)") from None
+        raise UnreadableCheckpoint(path, e) from None
+
+
+def check_archive(path: str) -> None:
+    """UnreadableCheckpoint unless every member of the checkpoint's zip archive reads back whole (CRC checked): a
+    corrupt tensor passes read_state, which maps the tensors without reading them, and torch's loader then fails
+    naming no file (or reads wrong numbers)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            bad = z.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
+        raise UnreadableCheckpoint(path, e) from None
+    if bad is not None:
+        raise UnreadableCheckpoint(path, f"its member {bad} is corrupt")
 
 
 def state_updates(state: Mapping) -> Optional[int]:
@@ -130,15 +151,19 @@ def dictionary_files(state: Mapping) -> dict:
 
 
 def check_teacher_checkpoint(path: str, task) -> None:
-    """ValueError unless PATH is a readable fairseq checkpoint whose embedding tables have the sizes of
+    """ValueError unless PATH is a complete, readable fairseq checkpoint whose embedding tables have the sizes of
     ``task``'s dictionaries, and, where the teacher's training data directory still exists, dictionaries of the
     same symbols (a distillation teacher must predict over the student's vocabulary)."""
     if not os.path.isfile(path):
         raise ValueError(f"--distill-teacher {path}: no such file")
     try:
+        check_archive(path)
         state = read_state(path)
         model_state = state["model"]
-    except Exception as e:  # truncated, not a torch file, or not a fairseq checkpoint
+    except UnreadableCheckpoint as e:  # truncated or corrupt, or not a torch file
+        raise ValueError(f"--distill-teacher {path} is not a readable fairseq checkpoint ({e.cause}): truncated or "
+                         "corrupt; pass a complete checkpoint") from None
+    except Exception as e:  # not a fairseq checkpoint
         raise ValueError(f"--distill-teacher {path} is not a readable fairseq checkpoint ({type(e).__name__}: {e})") from None
     for side, dictionary in (("encoder", task.source_dictionary), ("decoder", task.target_dictionary)):
         weight = model_state.get(f"{side}.embed_tokens.weight")

@@ -120,12 +120,16 @@ def distillation_settings(teacher, weight, temperature) -> dict:
 def load_teacher(path: str, task) -> FrozenTeacher:
     """The teacher checkpoint, checked (a readable fairseq checkpoint whose embeddings fit the data's
     dictionaries, and the same dictionary files where its training data is still there) and built once
-    with the task's dictionaries through fairseq's checkpoint_utils (torch's safe loader)."""
+    with the task's dictionaries through fairseq's checkpoint_utils (torch's safe loader). A refused teacher ends
+    the process with one line (SystemExit), before any work."""
     from fairseq import checkpoint_utils
 
     from ..checkpoint_safety import check_teacher_checkpoint
 
-    check_teacher_checkpoint(path, task)
+    try:
+        check_teacher_checkpoint(path, task)
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
     models, _ = checkpoint_utils.load_model_ensemble([path], task=task)
     logger.info("distilling from %s (%s parameters, frozen)", path, f"{sum(p.numel() for p in models[0].parameters()):,}")
     return FrozenTeacher(models[0])

@@ -69,16 +69,24 @@ def _teacher_with_other_dictionary(src, dst):
     torch.save(state, dst)
 
 
-@pytest.mark.parametrize("case", ["missing", "corrupt", "other_dictionary", "weight"])
+@pytest.mark.parametrize("case", ["missing", "corrupt", "corrupt_member", "other_dictionary", "weight"])
 def test_bad_teacher_refused_before_training(corpus, stock_transformer_ckpt, tmp_path, case):
+    """A bad teacher: one line naming it (a corrupt tensor ended in torch's own error, naming no file), no training."""
     teacher = str(tmp_path / "teacher.pt")
     extra, message = [], {
         "missing": "no such file", "corrupt": "is not a readable fairseq checkpoint",
+        "corrupt_member": f"error: --distill-teacher {teacher} is not a readable fairseq checkpoint (its member",
         "other_dictionary": "the teacher must use the data's dictionaries",
         "weight": "--distill-weight must lie in [0, 1], got 2.0"}[case]
     if case == "corrupt":
         with open(stock_transformer_ckpt, "rb") as f:
             (tmp_path / "teacher.pt").write_bytes(f.read()[:5000])
+    elif case == "corrupt_member":  # one tensor's local header overwritten: torch maps the file, fails reading it
+        with open(stock_transformer_ckpt, "rb") as f:
+            archive = bytearray(f.read())
+        headers = [i for i in range(len(archive)) if archive[i:i + 4] == b"PK\x03\x04"]
+        archive[headers[len(headers) // 2]:headers[len(headers) // 2] + 4] = b"XXXX"
+        (tmp_path / "teacher.pt").write_bytes(bytes(archive))
     elif case == "other_dictionary":
         _teacher_with_other_dictionary(stock_transformer_ckpt, teacher)
     elif case == "weight":
@@ -91,4 +99,6 @@ def test_bad_teacher_refused_before_training(corpus, stock_transformer_ckpt, tmp
     log = proc.stdout + proc.stderr
     assert proc.returncode == 1 and message in log, log[-3000:]
     assert "Start iterating over samples" not in log
+    if case != "weight":  # a teacher refused in one line
+        assert "Traceback" not in log and log.strip().splitlines()[-1].startswith("error: --distill-teacher"), log[-3000:]
     assert not save.exists() or os.listdir(save) == []

@@ -92,3 +92,32 @@ def test_a_baseline_checkpoint_with_a_dictionary_of_other_symbols_is_refused(tmp
     assert f"--baseline-checkpoint {ckpt} was trained with the dictionary {tmp_path}/other/dict.src.txt, whose " \
            f"symbols differ from --data-bin's {data}/dict.src.txt" in err, err
     assert not work.exists()
+
+
+def test_a_corrupt_teacher_is_named_in_one_line_before_any_work(tmp_path):
+    """A teacher with a corrupt tensor passed the memory-mapped check and ended in torch's own RuntimeError ("failed
+    reading file data/3: invalid header"), naming neither the file nor --distill-teacher, once fairseq loaded it."""
+    from argparse import Namespace
+
+    from fairseq.data import Dictionary
+
+    from fairseq_sparse.checkpoint_safety import check_teacher_checkpoint
+    from fairseq_sparse.criterions.label_smoothed_cross_entropy_with_sparsity import load_teacher
+
+    data = _data(tmp_path / "data", ["a", "b", "c", "d"])
+    task = Namespace(source_dictionary=Dictionary.load(f"{data}/dict.src.txt"),
+                     target_dictionary=Dictionary.load(f"{data}/dict.tgt.txt"))
+    path = tmp_path / "teacher.pt"
+    torch.save({"model": {f"w{i}": torch.randn(50) for i in range(6)}, "cfg": {"task": {"data": data}}}, path)
+    archive = bytearray(path.read_bytes())
+    headers = [i for i in range(len(archive)) if archive[i:i + 4] == b"PK\x03\x04"]
+    archive[headers[len(headers) // 2]:headers[len(headers) // 2] + 4] = b"XXXX"  # one member's local header
+    path.write_bytes(bytes(archive))
+    with pytest.raises(ValueError, match=rf"--distill-teacher {path} is not a readable fairseq checkpoint \(its member "
+                                         r".* is corrupt\): truncated or corrupt"):
+        check_teacher_checkpoint(str(path), task)
+    with pytest.raises(SystemExit) as e:
+        load_teacher(str(path), task)
+    message = str(e.value.code)
+    assert message.startswith(f"error: --distill-teacher {path} ") and "\n" not in message, message
+    assert path.read_bytes() == bytes(archive)
