@@ -106,7 +106,9 @@ class LagrangianController(nn.Module):
         self.warmup_updates = warmup_updates
         self.hold_updates = hold_updates if scheduled else 0
         self.multipliers = nn.ParameterDict()
-        self.running_share: Dict[str, Tensor] = {}  # m_k (not saved: a resumed run starts it afresh)
+        # m_k per key (in the order of targets) and whether a batch has set it yet: a buffer, so that it is saved
+        # with the criterion and a resumed run goes on with it
+        self.register_buffer("running_share", torch.zeros(len(self.targets), 2))
         for key in self.targets:
             p = nn.Parameter(torch.zeros(2))  # lambda_1 / LAMBDA1_SCALE, lambda_2
             mark_sparsity_control([p])
@@ -130,21 +132,28 @@ class LagrangianController(nn.Module):
         """{key: lambda_1 (s - t) + lambda_2 (s - t)^2} for every controlled key with a sparsity s (this
         batch's); lambda_2's gradient is (s - t)(m - t), m the running mean of the earlier batches' s."""
         out = {}
-        for key in self.multipliers:
+        for i, key in enumerate(self.multipliers):
             s = sparsity.get(key)
             if s is None:
                 continue
             lam = self.lambdas(key)
             target = self.target(key, num_updates)
             gap = s - target
-            mean = self.running_share.get(key)
-            mean_gap = gap.detach() if mean is None else mean - target
+            share = s.detach()
+            mean, seen = self.running_share[i, 0].clone(), self.running_share[i, 1] > 0
+            mean_gap = torch.where(seen, mean - target, gap.detach())
             # value and model gradient lambda_2 gap^2; lambda_2's gradient gap * mean_gap
             quadratic = lam[1].detach() * gap * gap + (lam[1] - lam[1].detach()) * gap.detach() * mean_gap
             out[key] = lam[0] * gap + quadratic
-            share = s.detach()
-            self.running_share[key] = share if mean is None else MEAN_DECAY * mean + (1 - MEAN_DECAY) * share
+            with torch.no_grad():
+                self.running_share[i, 0] = torch.where(seen, MEAN_DECAY * mean + (1 - MEAN_DECAY) * share, share)
+                self.running_share[i, 1] = 1.0
         return out
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        """A checkpoint from before the running mean was saved: it starts afresh, as it did then."""
+        state_dict.setdefault(prefix + "running_share", torch.zeros_like(self.running_share))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
 
 def parse_targets(l0drop, head_gates: Optional[str]) -> Dict[str, Tuple[float, ...]]:

@@ -310,3 +310,28 @@ def test_batch_noise_does_not_wind_up_lambda2():
     assert abs(lam2) < 10.0, lam2
     final = shares[-200:]
     assert abs(sum(final) / len(final) - 0.5) <= 0.03, final[::20]
+
+
+def test_the_running_mean_is_saved_so_a_resumed_controller_goes_on_exactly():
+    """m_k (lambda_2's ascent) is part of the controller's state: a controller loaded from another's state after k
+    batches gives the multipliers the same gradients from then on, bit for bit; a state from before it was saved
+    (no running_share) loads and starts it afresh."""
+    shares = [0.10, 0.45, 0.20, 0.35, 0.50, 0.15]
+
+    def step(controller, s, update):
+        controller.zero_grad()
+        sum(controller.lagrangian({"l0drop": torch.tensor(s)}, update).values()).backward()
+        return controller.multipliers["l0drop"].grad.clone()
+
+    first = LagrangianController({"l0drop": 0.3}, warmup_updates=2)
+    for k, s in enumerate(shares[:3]):
+        step(first, s, k)
+    resumed = LagrangianController({"l0drop": 0.3}, warmup_updates=2)
+    resumed.load_state_dict(first.state_dict())
+    for k, s in enumerate(shares[3:], start=3):
+        assert torch.equal(step(resumed, s, k), step(first, s, k))
+    afresh = LagrangianController({"l0drop": 0.3}, warmup_updates=2)
+    state = {k: v for k, v in first.state_dict().items() if k != "running_share"}
+    afresh.load_state_dict(state)
+    assert afresh.running_share.eq(0).all()
+    assert not torch.equal(step(afresh, 0.4, 6), step(first, 0.4, 6))  # without m_k the ascent differs
