@@ -176,6 +176,7 @@ def check_output_dir(output_dir: str, files: Iterable[str], overwrite: bool, opt
     never a file of the data directory ``data``)."""
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise ToolError(f"{option} exists and is not a directory: {output_dir}")
+    check_writable(option, output_dir)
     if not os.path.isdir(output_dir):
         return  # the tool creates it: nothing there to replace
     check_output_files([(option, os.path.join(output_dir, f)) for f in files], overwrite, data=data)
@@ -208,6 +209,20 @@ def check_output_files(options: Sequence[Tuple[str, Optional[str]]], overwrite: 
             raise ToolError(f"{option}: directory does not exist: {parent}")
         if os.path.exists(path) and not overwrite:
             raise ToolError(f"{option}: {path} exists; pass --overwrite to replace it")
+        check_writable(option, parent)
+
+
+def check_writable(option: str, folder: str):
+    """ToolError unless this process may write into ``folder``, or create it (the nearest existing folder above it
+    writable): a read-only destination refused before any work, not in a traceback once the work is done."""
+    existing = os.path.abspath(folder)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise ToolError(f"{option}: cannot create {folder}: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ToolError(f"{option}: cannot write into {existing} (not writable by this user, or a read-only file "
+                        "system); choose another location")
 
 
 def _same_file(a: str, b: str) -> bool:

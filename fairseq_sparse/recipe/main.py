@@ -14,6 +14,7 @@ from .seqkd import distill_data
 from .speed import speed, speed_results
 from .workdir import StepLock, WorkDir, load_json, save_json
 from ..checkpoint_safety import UnreadableCheckpoint
+from ..cli.common import ToolError, check_writable
 
 
 class Recipe:
@@ -124,6 +125,10 @@ def checked(argv=None):
     """The recipe of command line ARGV with every input checked (options, steps, the corpus or data-bin, and the
     lengths of prepared data); nothing written yet."""
     args = parse_args(argv)
+    try:
+        check_writable("--work-dir", args.work_dir)
+    except ToolError as e:
+        fail(str(e))
     recipe = Recipe(args)
     corpus.check_inputs(args, recipe.data)
     if os.path.isdir(recipe.data):  # a data-bin given or prepared already: its lengths checked before work too

@@ -205,6 +205,56 @@ def test_the_checkpoints_own_data_folder_is_never_an_output(tool, data_and_ckpt,
     assert {name: open(f"{data}/{name}").read() for name in sorted(os.listdir(data))} == before
 
 
+@pytest.fixture
+def unwritable(tmp_path):
+    """(a folder no output can be written into, the one-line refusal expected): a folder of mode 0o555; where
+    permissions do not bind (root), a regular file, under which no user can create anything."""
+    import os
+
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    folder.chmod(0o555)
+    if not os.access(folder, os.W_OK):
+        yield folder, f"cannot write into {folder} (not writable by this user"
+    else:
+        folder.chmod(0o755)
+        folder.rmdir()
+        folder.write_text("a file")
+        yield folder, f"{folder} is not a directory"
+    if folder.is_dir():
+        folder.chmod(0o755)
+
+
+UNWRITABLE_ARGS = {
+    # tool: arguments whose output goes into the folder O (a checkpoint file C and data folder D given)
+    "export": lambda o, d, c: ["--path", c, "--output", f"{o}/model.ts.pt"],
+    "prune_heads": lambda o, d, c: ["--path", c, "--output", f"{o}/pruned.pt"],
+    "head_importance": lambda o, d, c: ["importance", d, "--path", c, "--output-dir", f"{o}/importance"],
+    "recipe": lambda o, d, c: ["--data-bin", d, "-s", "src", "-t", "tgt", "--work-dir", f"{o}/work"],
+}
+
+
+@pytest.mark.parametrize("tool", sorted(UNWRITABLE_ARGS))
+def test_an_unwritable_destination_is_refused_before_any_work(tool, unwritable, data_and_ckpt, capsys):
+    """A read-only output folder ended export, prune-heads, head-importance and the recipe in raw tracebacks once
+    the work was done (PermissionError at the write)."""
+    import importlib
+    import os
+
+    folder, message = unwritable
+    data, ckpt = data_and_ckpt
+    module = importlib.import_module("fairseq_sparse.recipe.main" if tool == "recipe" else f"fairseq_sparse.cli.{tool}")
+    before = sorted(os.listdir(folder)) if folder.is_dir() else folder.read_text()
+    with pytest.raises(SystemExit) as e:
+        module.main(UNWRITABLE_ARGS[tool](str(folder), data, ckpt))
+    err = capsys.readouterr().err + (e.value.code if isinstance(e.value.code, str) else "")
+    if tool in ("export", "prune_heads") and not folder.is_dir():  # root: a file's parent that is a file
+        message = f"directory does not exist: {folder}"
+    assert message in err, err[-2000:]
+    assert len(err.strip().splitlines()) == 1, err
+    assert (sorted(os.listdir(folder)) if folder.is_dir() else folder.read_text()) == before
+
+
 def test_universal_pos_tags_are_refused(tmp_path):
     """The POS pattern and the token types read Penn Treebank tags: Universal POS tags made them find nothing."""
     from fairseq_sparse.modules.token_tags import read_tags
