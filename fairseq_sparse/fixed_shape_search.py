@@ -246,9 +246,12 @@ def decoder_flag(decoders, name: str, value):
 class FixedShapeSequenceGenerator(SequenceGenerator):
     """fairseq's SequenceGenerator with a fixed-shape ``_generate`` (module docstring). ``stop_every``: the steps
     between two host reads of whether every sentence is finished (finished sentences are frozen meanwhile, so the
-    result does not depend on it). ``step_form``: one of :data:`STEP_FORMS`. ``max_graphs``: CUDA graphs kept."""
+    result does not depend on it). ``step_form``: one of :data:`STEP_FORMS`. ``max_graphs``: CUDA graphs kept.
+    ``source_bucket``: where steps are captured, sources are padded to a multiple of this many tokens, so that
+    batches of nearby lengths share a graph (:meth:`bucketed`)."""
 
-    def __init__(self, *args, stop_every: int = 4, step_form: str = "auto", max_graphs: int = 4, **kwargs):
+    def __init__(self, *args, stop_every: int = 4, step_form: str = "auto", max_graphs: int = 4,
+                 source_bucket: int = 16, **kwargs):
         super().__init__(*args, **kwargs)
         if type(self.search) is not BeamSearch:
             raise ValueError(f"the fixed-shape search is beam search only ({UNSUPPORTED} are not supported)")
@@ -258,6 +261,7 @@ class FixedShapeSequenceGenerator(SequenceGenerator):
             raise ValueError(f"step form {step_form!r}: choose from {', '.join(STEP_FORMS)}")
         self.stop_every, self.step_form = max(1, int(stop_every)), step_form
         self.graphs = StepGraphs(max_graphs) if max_graphs > 0 else None
+        self.source_bucket = max(1, int(source_bucket))
         self._told = set()
 
     def why_not_fixed(self, decoders, capacity: int) -> Optional[str]:
@@ -313,7 +317,8 @@ class FixedShapeSequenceGenerator(SequenceGenerator):
         fixed, captured = self._form(decoders, max_len + 1, src_tokens.device)
         with ExitStack() as stack:
             shared = stack.enter_context(one_memory_row(self.model.models, bool(decoders)))
-            encoder_outs = self.model.forward_encoder(sample["net_input"])
+            net_input = self.bucketed(sample["net_input"]) if captured else sample["net_input"]
+            encoder_outs = self.model.forward_encoder(net_input)
             if encoder_outs is not None:
                 # the beams of a sentence stay in its rows: the memory is never reordered after this (and where it
                 # is shared by the beams of a sentence, not expanded either)
@@ -333,6 +338,19 @@ class FixedShapeSequenceGenerator(SequenceGenerator):
                 if (step + 1) % self.stop_every == 0 and bool(run.beams.done.all()):
                     break
             return self._hypotheses(run.beams)
+
+    def bucketed(self, net_input):
+        """``net_input`` with the sources padded to a multiple of ``source_bucket`` tokens, on the side the batch is
+        padded (fairseq's translation task pads on the left by default); the maximum output length stays that of
+        the batch as given. The padded positions are masked, so the hypotheses are the same (to float rounding).
+        Inputs other than the sources and their lengths are left alone, and so is the batch."""
+        src = net_input["src_tokens"]
+        extra = int(-src.size(1) % self.source_bucket)
+        if extra == 0 or set(net_input) - {"src_tokens", "src_lengths", "prev_output_tokens"}:
+            return net_input
+        pad = src.new_full((src.size(0), extra), self.pad)
+        right = bool(src[:, -1].eq(self.pad).any()) and not bool(src[:, 0].eq(self.pad).any())
+        return dict(net_input, src_tokens=torch.cat([src, pad] if right else [pad, src], dim=1))
 
     def _step(self, run: Run, step: int):
         """One beam step at ``run.beams.step``, every step-dependent quantity from that tensor, every update in place

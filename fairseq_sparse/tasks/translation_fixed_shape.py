@@ -34,6 +34,10 @@ class TranslationFixedShapeConfig(TranslationConfig):
     fixed_shape_max_graphs: int = field(
         default=4, metadata={"help": "CUDA graphs kept, one per batch shape (least recently used dropped); 0: none, "
                                      "the fixed-shape steps run eagerly"})
+    fixed_shape_source_bucket: int = field(
+        default=16, metadata={"help": "where steps are captured in CUDA graphs, sources are padded (masked) to a "
+                                      "multiple of this many tokens, so that batches of nearby lengths share a graph; "
+                                      "1: no padding"})
 
 
 def refused_options(args):
@@ -60,11 +64,14 @@ class TranslationFixedShapeTask(TranslationTask):
             raise SystemExit(f"error: --task {NAME} decodes with the fixed-shape beam search, which does not support "
                              f"{', '.join(refused) or 'prefix_allowed_tokens_fn'} ({UNSUPPORTED}): use --task "
                              "translation for it")
-        if self.cfg.fixed_shape_stop_every < 1 or self.cfg.fixed_shape_max_graphs < 0:
-            raise SystemExit(f"error: --fixed-shape-stop-every must be >= 1 and --fixed-shape-max-graphs >= 0 (got "
-                             f"{self.cfg.fixed_shape_stop_every}, {self.cfg.fixed_shape_max_graphs})")
-        kwargs = dict(extra_gen_cls_kwargs or {}, stop_every=self.cfg.fixed_shape_stop_every,
-                      step_form=self.cfg.fixed_shape_step_form, max_graphs=self.cfg.fixed_shape_max_graphs)
+        cfg = self.cfg
+        if cfg.fixed_shape_stop_every < 1 or cfg.fixed_shape_max_graphs < 0 or cfg.fixed_shape_source_bucket < 1:
+            raise SystemExit(f"error: --fixed-shape-stop-every and --fixed-shape-source-bucket must be >= 1 and "
+                             f"--fixed-shape-max-graphs >= 0 (got {cfg.fixed_shape_stop_every}, "
+                             f"{cfg.fixed_shape_source_bucket}, {cfg.fixed_shape_max_graphs})")
+        kwargs = dict(extra_gen_cls_kwargs or {}, stop_every=cfg.fixed_shape_stop_every,
+                      step_form=cfg.fixed_shape_step_form, max_graphs=cfg.fixed_shape_max_graphs,
+                      source_bucket=cfg.fixed_shape_source_bucket)
         return super().build_generator(models, args, seq_gen_cls=FixedShapeSequenceGenerator,
                                        extra_gen_cls_kwargs=kwargs)
 

@@ -247,7 +247,7 @@ def test_a_new_batch_of_a_captured_shape_replays_with_its_own_tensors(name):
     """One graph per shape, kept for later batches of that shape (their tensors copied into the captured ones), the
     least recently used dropped beyond the limit; fairseq's hypotheses for every batch, the first and the replayed."""
     model, d = built(name, 2.5)
-    gen = FixedShapeSequenceGenerator([model], d, beam_size=4, max_len_b=15, step_form="fixed")
+    gen = FixedShapeSequenceGenerator([model], d, beam_size=4, max_len_b=15, step_form="fixed", source_bucket=1)
     gen.graphs = EagerGraphs(size=1)
     batches = [sources(d, seed=0), sources(d, seed=1), sources(d, lengths=(4, 7, 3), seed=2)]
     for sample in batches + batches[:2]:
@@ -294,3 +294,26 @@ def test_an_ensemble_gives_fairseqs_hypotheses(form):
     stock = SequenceGenerator([a, b], d, beam_size=4, max_len_b=15)
     with torch.no_grad():
         assert_same(fixed.generate([a, b], sample), stock.generate([a, b], sample))
+
+
+@pytest.mark.parametrize("name", ["transformer", "l0drop, pruned decoding", "head-pruned, other head counts per layer"])
+def test_sources_padded_to_a_bucket_give_fairseqs_hypotheses_and_share_a_graph(name):
+    """Where steps are captured, sources are padded (masked) to a multiple of the bucket: batches of 12 and 14
+    tokens decode through one graph (stock; L0Drop's memory length still depends on the batch), and every batch
+    gives fairseq's hypotheses on its unpadded sources, left- and right-padded alike."""
+    model, d = built(name, 2.5)
+    gen = FixedShapeSequenceGenerator([model], d, beam_size=4, max_len_b=15, step_form="fixed", source_bucket=8)
+    gen.graphs = EagerGraphs(size=4)
+    for lengths in ((9, 3, 6, 1, 12, 5, 2), (14, 3, 6, 1, 12, 5, 2)):
+        for right in (False, True):
+            sample = sources(d, lengths=lengths)
+            if right:  # the same sentences padded on the right (--left-pad-source False)
+                src = sample["net_input"]["src_tokens"]
+                keep = src.ne(d.pad())
+                sample["net_input"]["src_tokens"] = torch.stack(
+                    [torch.cat([row[k], row[~k]]) for row, k in zip(src, keep)])
+            ref = decode(model, d, sample, ["--beam", "4"], fixed=False)
+            with torch.no_grad():
+                assert_same(gen.generate([model], sample), ref)
+    if name == "transformer":
+        assert gen.graphs.captures == 1, "12 and 14 tokens, padded to 16, left and right: one shape"
