@@ -114,6 +114,20 @@ def one_memory_row(models, allowed: bool = True):
             attention.__dict__.pop("hypotheses", None)
 
 
+def padded_to_bucket(net_input, bucket: int, pad: int):
+    """``net_input`` with the sources padded to a multiple of ``bucket`` tokens, on the side the batch is padded
+    (fairseq's translation task pads on the left by default). The padded positions are masked, so the hypotheses are
+    the same (to float rounding). Inputs other than the sources and their lengths are left alone, and so is then the
+    batch."""
+    src = net_input["src_tokens"]
+    extra = int(-src.size(1) % bucket)
+    if extra == 0 or set(net_input) - {"src_tokens", "src_lengths", "prev_output_tokens"}:
+        return net_input
+    padding = src.new_full((src.size(0), extra), pad)
+    right = bool(src[:, -1].eq(pad).any()) and not bool(src[:, 0].eq(pad).any())
+    return dict(net_input, src_tokens=torch.cat([src, padding] if right else [padding, src], dim=1))
+
+
 class Beams:
     """The tensors of one batch's search, allocated once (a replayed step updates them in place): the step, the
     hypotheses' tokens and scores, and the finished hypotheses (``beam`` slots per sentence and a spare one)."""
@@ -141,6 +155,20 @@ class Beams:
         """Scores in the precision of the model's log-probabilities (fairseq's ``scores.type_as(lprobs)``)."""
         for name in ("scores", "cumulative", "fin_pos", "fin_score"):
             setattr(self, name, getattr(self, name).type_as(lprobs))
+
+
+    def hypotheses(self):
+        """SequenceGenerator's output: per sentence its finished hypotheses, best first (sorted as fairseq sorts
+        them), each a dict of tokens, score, positional scores and (empty) attention and alignment."""
+        out: List[List[Dict[str, Tensor]]] = []
+        fin_count, fin_len, fin_score = self.fin_count.tolist(), self.fin_len.tolist(), self.fin_score.tolist()
+        for s in range(self.bsz):
+            n = fin_count[s]
+            order = torch.sort(torch.tensor([float(x) for x in fin_score[s][:n]]), descending=True)[1].tolist()
+            out.append([{"tokens": self.fin_tokens[s, i, :fin_len[s][i]], "score": self.fin_score[s, i],
+                         "attention": torch.empty(0), "alignment": torch.empty(0),
+                         "positional_scores": self.fin_pos[s, i, :fin_len[s][i]]} for i in order])
+        return out
 
 
 class Run:
@@ -248,7 +276,7 @@ class FixedShapeSequenceGenerator(SequenceGenerator):
     between two host reads of whether every sentence is finished (finished sentences are frozen meanwhile, so the
     result does not depend on it). ``step_form``: one of :data:`STEP_FORMS`. ``max_graphs``: CUDA graphs kept.
     ``source_bucket``: where steps are captured, sources are padded to a multiple of this many tokens, so that
-    batches of nearby lengths share a graph (:meth:`bucketed`)."""
+    batches of nearby lengths share a graph (:func:`padded_to_bucket`)."""
 
     def __init__(self, *args, stop_every: int = 4, step_form: str = "auto", max_graphs: int = 4,
                  source_bucket: int = 16, **kwargs):
@@ -317,7 +345,9 @@ class FixedShapeSequenceGenerator(SequenceGenerator):
         fixed, captured = self._form(decoders, max_len + 1, src_tokens.device)
         with ExitStack() as stack:
             shared = stack.enter_context(one_memory_row(self.model.models, bool(decoders)))
-            net_input = self.bucketed(sample["net_input"]) if captured else sample["net_input"]
+            # batches of nearby lengths share a graph; the maximum output length stays that of the batch as given
+            net_input = (padded_to_bucket(sample["net_input"], self.source_bucket, self.pad) if captured
+                         else sample["net_input"])
             encoder_outs = self.model.forward_encoder(net_input)
             if encoder_outs is not None:
                 # the beams of a sentence stay in its rows: the memory is never reordered after this (and where it
@@ -337,20 +367,7 @@ class FixedShapeSequenceGenerator(SequenceGenerator):
                     self._step(run, step)
                 if (step + 1) % self.stop_every == 0 and bool(run.beams.done.all()):
                     break
-            return self._hypotheses(run.beams)
-
-    def bucketed(self, net_input):
-        """``net_input`` with the sources padded to a multiple of ``source_bucket`` tokens, on the side the batch is
-        padded (fairseq's translation task pads on the left by default); the maximum output length stays that of
-        the batch as given. The padded positions are masked, so the hypotheses are the same (to float rounding).
-        Inputs other than the sources and their lengths are left alone, and so is the batch."""
-        src = net_input["src_tokens"]
-        extra = int(-src.size(1) % self.source_bucket)
-        if extra == 0 or set(net_input) - {"src_tokens", "src_lengths", "prev_output_tokens"}:
-            return net_input
-        pad = src.new_full((src.size(0), extra), self.pad)
-        right = bool(src[:, -1].eq(self.pad).any()) and not bool(src[:, 0].eq(self.pad).any())
-        return dict(net_input, src_tokens=torch.cat([src, pad] if right else [pad, src], dim=1))
+            return run.beams.hypotheses()
 
     def _step(self, run: Run, step: int):
         """One beam step at ``run.beams.step``, every step-dependent quantity from that tensor, every update in place
@@ -435,16 +452,3 @@ class FixedShapeSequenceGenerator(SequenceGenerator):
         b.fin_score.view(-1)[flat] = score
         b.fin_len.view(-1)[flat] = (b.step + 1).expand(flat.numel())
         b.fin_count += take.long().sum(1)
-
-    def _hypotheses(self, b: Beams):
-        """SequenceGenerator's output: per sentence its finished hypotheses, best first (sorted as fairseq sorts
-        them), each a dict of tokens, score, positional scores and (empty) attention and alignment."""
-        out: List[List[Dict[str, Tensor]]] = []
-        fin_count, fin_len, fin_score = b.fin_count.tolist(), b.fin_len.tolist(), b.fin_score.tolist()
-        for s in range(b.bsz):
-            n = fin_count[s]
-            order = torch.sort(torch.tensor([float(x) for x in fin_score[s][:n]]), descending=True)[1].tolist()
-            out.append([{"tokens": b.fin_tokens[s, i, :fin_len[s][i]], "score": b.fin_score[s, i],
-                         "attention": torch.empty(0), "alignment": torch.empty(0),
-                         "positional_scores": b.fin_pos[s, i, :fin_len[s][i]]} for i in order])
-        return out
