@@ -102,13 +102,14 @@ def flatten_output_projection(model: nn.Module):
 
 
 class ScriptedTranslator(nn.Module):
-    """What the artefact holds: fairseq's SequenceGenerator over the model, the dictionaries' symbols and the
-    source padding side. ``forward(src_tokens, src_lengths)`` is fairseq's batch interface (padded ids, as
-    fairseq-generate's batches); ``translate`` pads a list of id tensors itself; ``encode`` / ``decode`` map
-    tokens to ids and back."""
+    """What the artefact holds: fairseq's SequenceGenerator over the model, the dictionaries' symbols, the source
+    padding side and the longest source the model reads. ``forward(src_tokens, src_lengths)`` is fairseq's batch
+    interface (padded ids, as fairseq-generate's batches); ``translate`` pads a list of id tensors itself;
+    ``encode`` / ``decode`` map tokens to ids and back. A source longer than the model's positions is refused with a
+    ValueError naming both lengths (fairseq-generate refuses it too); an empty list translates to an empty list."""
 
     def __init__(self, generator: nn.Module, src_symbols: List[str], tgt_symbols: List[str], pad: int, eos: int,
-                 unk: int, left_pad_source: bool, metadata: str):
+                 unk: int, left_pad_source: bool, metadata: str, max_source_positions: int = 1024):
         super().__init__()
         self.generator = generator
         self.src_symbols: List[str] = list(src_symbols)
@@ -122,11 +123,15 @@ class ScriptedTranslator(nn.Module):
         self.pad, self.eos, self.unk = int(pad), int(eos), int(unk)
         self.left_pad_source = bool(left_pad_source)
         self.metadata = metadata
+        self.max_source_positions = int(max_source_positions)
 
     def forward(self, src_tokens: Tensor, src_lengths: Tensor) -> List[List[Dict[str, Tensor]]]:
         """n-best hypotheses of each sentence of a padded batch (B x T ids, left-padded as fairseq pads
         sources by default): a list per sentence of dicts with ``tokens`` (ending with EOS), ``score`` (natural
         log; fairseq-generate prints score / ln 2), ``positional_scores``, ``attention``, ``alignment``."""
+        if src_tokens.size(1) > self.max_source_positions:
+            raise ValueError("a source of " + str(src_tokens.size(1)) + " tokens: the model reads at most "
+                             + str(self.max_source_positions) + " (its --max-source-positions); split or cut it")
         sample: Dict[str, Dict[str, Tensor]] = {"net_input": {"src_tokens": src_tokens, "src_lengths": src_lengths}}
         with torch.no_grad():
             return self.generator(sample)
@@ -135,6 +140,8 @@ class ScriptedTranslator(nn.Module):
     def translate(self, sentences: List[Tensor]) -> List[List[Dict[str, Tensor]]]:
         """Hypotheses of sentences given as 1-D id tensors (each ending with EOS, as binarised), padded here the
         way fairseq's collater pads them, in one batch."""
+        if len(sentences) == 0:
+            return []
         lengths: List[int] = [int(s.size(0)) for s in sentences]
         width = max(lengths)
         batch = torch.full([len(sentences), width], self.pad, dtype=torch.long)
@@ -197,7 +204,7 @@ def script_translator(model: nn.Module, task, options: Mapping, metadata: Mappin
     src, tgt = task.source_dictionary, task.target_dictionary
     left_pad = bool(getattr(getattr(task, "cfg", None), "left_pad_source", True))
     wrapper = ScriptedTranslator(generator, src.symbols, tgt.symbols, tgt.pad(), tgt.eos(), tgt.unk(), left_pad,
-                                 json.dumps(dict(metadata), sort_keys=True))
+                                 json.dumps(dict(metadata), sort_keys=True), int(model.encoder.max_positions()))
     if src.pad() != tgt.pad() or src.eos() != tgt.eos():
         raise ValueError("source and target dictionaries disagree on pad / eos ids: not supported")
     try:

@@ -3,6 +3,7 @@ import argparse
 import importlib.util
 import math
 import os
+import sys
 
 from ..cli.common import DEVICES, default_device, device_error
 from ..modules.l0drop import DROPPED_AS_CHOICES
@@ -243,7 +244,20 @@ def parse_args(argv=None):
         message = check(args)
         if message:
             p.error(message)
+    if args.metric == "rouge" and args.rouge_impl == "python" and _target_language(args) not in (None, "en"):
+        print(f"warning: --metric rouge scores with rouge-score's English tokenisation (lower-cased, letters a-z and "
+              f"digits only, Porter stemmer): on '{_target_language(args)}' text other letters are dropped; compare "
+              f"scores only with scores made the same way", file=sys.stderr)
     return args
+
+
+def _target_language(a):
+    """The target side's language code: --tokenizer-lang's (one code for both sides, or SRC,TGT), else -t where it
+    is a two-letter code; None when neither says."""
+    if a.tokenizer_lang:
+        codes = [c for c in a.tokenizer_lang.split(",") if c]
+        return codes[-1]
+    return a.target_lang if a.target_lang and len(a.target_lang) == 2 and a.target_lang.isalpha() else None
 
 
 def _check_langs(a):
@@ -407,6 +421,13 @@ def _check_files(a):
         path = getattr(a, name)
         if path is not None and not os.path.isfile(path):
             return f"--{name.replace('_', '-')}: no such file {path}"
+    if a.gold_alignments:  # read now: a malformed line found after training would cost the training
+        from ..analysis.alignment import read_gold_alignments
+
+        try:
+            read_gold_alignments(a.gold_alignments)
+        except ValueError as e:
+            return f"--gold-alignments: {e}"
     tags = [os.path.join(a.work_dir, "tags", f"{split}.tags") for split in SPLITS]
     if "pattern_pos" not in a.steps.split(",") or all(os.path.isfile(t) for t in tags):
         return None
