@@ -36,7 +36,7 @@ from fairseq.search import BeamSearch
 from fairseq.sequence_generator import SequenceGenerator
 from torch import Tensor
 
-from .models.transformer_l0drop import L0DropTransformerDecoder
+from .models.l0drop_decoder import L0DropTransformerDecoder
 from .modules.attention_normalisers import NormalisedAttention
 from .modules.count_attention import CountAwareAttention
 from .modules.head_gates import HeadlessAttention

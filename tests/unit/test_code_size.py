@@ -16,7 +16,7 @@ ALLOWED = {
      "LabelSmoothedCrossEntropyWithSparsity"): 343,
     ("fairseq_sparse/criterions/label_smoothed_cross_entropy_with_sparsity.py",
      "LabelSmoothedCrossEntropyWithSparsity.__init__"): 74,
-    ("fairseq_sparse/models/transformer_l0drop.py", "L0DropTransformerEncoder"): 211,
+    ("fairseq_sparse/models/l0drop_encoder.py", "L0DropTransformerEncoder"): 211,
     ("fairseq_sparse/analysis/plotting.py", "head_heatmap"): 77,
 }
 

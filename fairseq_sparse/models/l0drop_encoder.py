@@ -1,0 +1,304 @@
+"""transformer_l0drop's encoder: L0Drop gates on the encoder output (and between its layers), the compressed memory
+of Algorithm 1 handed to the decoder in eval mode (Zhang, Titov & Sennrich 2021), the compacted encoder, and the
+sparsity rate of what fairseq's generators decoded (Sec. 6)."""
+import atexit
+import functools
+import logging
+import sys
+import time
+from typing import Dict, List, Optional
+
+import torch
+from fairseq.models.transformer import TransformerConfig, TransformerEncoder
+from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
+from torch import Tensor
+
+from ..modules.count_attention import CountAwareAttention
+from ..modules.encoder_patterns import EncoderOutputPattern
+from ..modules.hard_concrete import HardConcrete
+from ..modules.l0drop import CompactedEncoder, CompressedMemory, L0Drop, compress, decoder_padding_mask
+from .sparse_transformer import wrap_layer
+
+logger = logging.getLogger(__name__)
+
+
+class DecodingStats:
+    """Source tokens that fairseq's generators ran through L0Drop encoders in this process, and how many
+    were pruned (g_hat = 0): the sparsity rate of Zhang, Titov & Sennrich (2021) Sec. 6. Reported once,
+    when the process ends, as a line like fairseq's own end-of-run lines. Only counts are kept (no model
+    is held in memory), summed over every model that decoded (a tool that loads several checkpoints)."""
+
+    def __init__(self):
+        self.sentences = self.src_tokens = self.pruned = 0
+        self.modes = set()
+        self.registered = False
+
+    def add(self, gates: Tensor, pad: Tensor, pruned_decoding: bool):
+        if not self.registered:
+            atexit.register(self.report)
+            self.registered = True
+        self.sentences += gates.size(0)
+        self.src_tokens += int((~pad).sum())
+        self.pruned += int(((gates == 0) & ~pad).sum())
+        self.modes.add("on" if pruned_decoding else "off")
+
+    def line(self) -> Optional[str]:
+        if not self.src_tokens:
+            return None
+        return (f"L0Drop sparsity rate {100.0 * self.pruned / self.src_tokens:.2f}% ({self.pruned} of "
+                f"{self.src_tokens} source tokens pruned, {self.sentences} sentences; pruned decoding "
+                f"{'/'.join(sorted(self.modes))})")
+
+    def report(self):
+        line = self.line()
+        if line is None:
+            return
+        handlers = logging.getLogger().handlers
+        if handlers and not any(getattr(getattr(h, "stream", None), "closed", False) for h in handlers):
+            logging.getLogger("fairseq_sparse").info(line)
+        else:  # logging already torn down (e.g. fairseq-generate --results-path closed its file)
+            print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} | INFO | fairseq_sparse | {line}", file=sys.stderr)
+
+
+DECODING_STATS = DecodingStats()
+
+
+class CountAwareEncoderLayer(TransformerEncoderLayerBase):
+    """fairseq's encoder layer with :class:`CountAwareAttention` as self-attention, for the counted dummy of a
+    compacted encoder; without log counts it computes what fairseq's layer does (same parameters)."""
+
+    def build_self_attention(self, embed_dim, cfg):
+        return CountAwareAttention(embed_dim, cfg.encoder.attention_heads, dropout=cfg.attention_dropout,
+                                   self_attention=True, q_noise=self.quant_noise,
+                                   qn_block_size=self.quant_noise_block_size,
+                                   xformers_att_config=cfg.encoder.xformers_att_config)
+
+
+class L0DropTransformerEncoder(TransformerEncoder):
+    """TransformerEncoder + L0Drop on its output (and optionally after every layer but the last)."""
+
+    __jit_unused_properties__ = ["reads_source_tags"]  # TorchScript compiles properties otherwise
+
+    def __init__(self, args, dictionary, embed_tokens):
+        super().__init__(args, dictionary, embed_tokens)
+        self.dropped_as = args.l0drop_dropped_as
+        self.pruned_decoding = args.pruned_decoding
+        self.compact_encoder = args.compact_encoder
+        embed_dim = embed_tokens.embedding_dim
+        gated_layers = len(self.layers) if args.l0drop_between_layers else 1
+        scale = 1.0 / gated_layers if args.l0drop_layer_penalty == "mean" else 1.0
+
+        def make_l0drop(name):
+            gate = HardConcrete(args.l0drop_beta, args.l0drop_gamma, args.l0drop_zeta)
+            return L0Drop(embed_dim, gate, args.l0drop_init_bias, name=name, penalty_scale=scale)
+
+        self.pattern = None
+        if args.encoder_output_pattern != "none":
+            # a rule instead of learnt gates (Zhang, Titov & Sennrich 2021 Sec. 7): no L0Drop module to train
+            self.pattern = EncoderOutputPattern(
+                args.encoder_output_pattern, dictionary.count, dictionary.nspecial, dictionary.eos(),
+                top_k=args.encoder_output_pattern_top_k, min_rank=args.encoder_output_pattern_min_rank,
+                every=args.encoder_output_pattern_every, rate=args.encoder_output_pattern_rate,
+                symbols=dictionary.symbols)
+            share = self.pattern.dropped_share(dictionary.count)
+            logger.info("encoder output pattern %s%s", self.pattern.extra_repr(), "" if share is None else
+                        f": drops {100 * share:.1f}% of the dictionary's counted tokens")
+        self.l0drop = make_l0drop("l0drop") if self.pattern is None else None
+        self.layer_l0drops = None
+        self._python_hooks = []  # their handles (drop_python_hooks)
+        if args.l0drop_between_layers:
+            n = len(self.layers)
+            self.layer_l0drops = torch.nn.ModuleList([make_l0drop(f"l0drop_layer{k + 1}") for k in range(n - 1)])
+            for k in range(n):
+                # states dropped before a layer are hidden from its self-attention
+                self._python_hooks.append(
+                    self.layers[k].register_forward_pre_hook(self._hide_dropped_states, with_kwargs=True))
+                if k < n - 1:
+                    # a partial of a bound method, not a closure: copy.deepcopy (fairseq's --ema,
+                    # quantize_dynamic) rebinds it to the copy
+                    self._python_hooks.append(
+                        self.layers[k].register_forward_hook(functools.partial(self._gate_layer_output, k)))
+        self._alive: Optional[Tensor] = None  # states not dropped so far, during one forward pass
+        self._pad: Optional[Tensor] = None
+        self._compacted: Optional[CompactedEncoder] = None  # the rows of a compacting forward pass
+        self._generating = False  # inside forward_torchscript, the generators' entry point
+
+    @property
+    def reads_source_tags(self) -> bool:
+        """True for the POS pattern: every batch needs ``net_input["src_tags"]``."""
+        return self.pattern is not None and self.pattern.kind == "pos"
+
+    def drop_python_hooks(self):
+        """Remove the forward hooks of --l0drop-between-layers, which TorchScript cannot compile, before a copy of
+        the model is scripted (fairseq-sparse-export): the scripted generators take
+        :meth:`forward_compacted_test_time`, which calls the layers itself. The eager :meth:`forward` needs them."""
+        for handle in self._python_hooks:
+            handle.remove()
+        self._python_hooks = []
+
+    def build_encoder_layer(self, args):
+        cfg = TransformerConfig.from_namespace(args)
+        return wrap_layer(CountAwareEncoderLayer(cfg, return_fc=self.return_fc), cfg)
+
+    # --- L0Drop between layers: forward hooks on fairseq's own encoder layers ---
+    def _hide_dropped_states(self, layer, args, kwargs):
+        rows = self._compacted
+        if rows is not None and rows.memory is not None:  # compacted: the rows' mask, the dummy's log count
+            kwargs["encoder_padding_mask"] = rows.memory.padding_mask
+            if isinstance(layer.self_attn, CountAwareAttention):  # not a layer whose heads were all pruned
+                layer.self_attn.log_count = rows.memory.log_count
+            return args, kwargs
+        if self._alive is None or self.dropped_as != "mask":
+            return None
+        gates = self._alive.to(torch.float32)
+        kwargs["encoder_padding_mask"] = decoder_padding_mask(gates, self._pad, "mask")
+        return args, kwargs
+
+    def _gate_layer_output(self, k, layer, args, output):
+        rows = self._compacted
+        if rows is not None:
+            x, gates = self.layer_l0drops[k](output, rows.live_pad, dropped_before=rows.dropped_before())
+            return rows.compact(x, gates, self.dropped_as)
+        x, gates = self.layer_l0drops[k](output, self._pad, alive=self._alive)
+        self._alive = gates != 0
+        return x
+
+    @torch.jit.unused  # Python-side state (hooks, CompactedEncoder); TorchScript takes forward_test_time
+    def forward(self, src_tokens, src_lengths=None, return_all_hiddens: bool = False, token_embeddings=None,
+                src_tags: Optional[Tensor] = None):
+        """fairseq's encoder, then the gates; ``src_tags``: tag ids of the source tokens (the POS pattern)."""
+        self._pad = src_tokens.eq(self.padding_idx)
+        if (self._generating and self.layer_l0drops is not None and self.compact_encoder and self.pruned_decoding
+                and not self.training and not return_all_hiddens):
+            self._compacted = CompactedEncoder(self._pad)
+        try:
+            out = super().forward(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
+            if self._compacted is not None:
+                return self._compacted_output(out)
+            if self.pattern is not None:
+                gates = self.pattern(src_tokens, self._pad, src_tags)
+                x = out["encoder_out"][0] * gates.transpose(0, 1).unsqueeze(-1).to(out["encoder_out"][0].dtype)
+                self.pattern.record_rate(gates, self._pad)
+            else:
+                x, gates = self.l0drop(out["encoder_out"][0], self._pad, alive=self._alive)
+        finally:
+            self._alive, self._pad, self._compacted = None, None, None
+            for layer in self.layers:
+                if isinstance(layer.self_attn, CountAwareAttention):
+                    layer.self_attn.log_count = None
+        pad = out["encoder_padding_mask"][0]
+        out["l0drop_gates"] = [gates]
+        if self.training or not self.pruned_decoding:
+            out["encoder_out"] = [x]
+            out["encoder_padding_mask"] = [decoder_padding_mask(gates, pad, self.dropped_as)]
+            return out
+        return pruned_output(out, compress(x, gates, pad, self.dropped_as), gates)
+
+    def forward_test_time(self, src_tokens: Tensor, src_lengths: Tensor) -> Dict[str, List[Tensor]]:
+        """What the generators get in eval mode, in code TorchScript compiles: fairseq's encoder, g_hat (or a
+        pattern's gates), and the compressed memory (or, without pruned decoding, the gated one); with
+        --l0drop-between-layers the compacted encoder (:meth:`forward_compacted_test_time`). fairseq-sparse-export's
+        path; the eager generators take :meth:`forward`, which also records the statistics."""
+        if self.layer_l0drops is not None:
+            return self.forward_compacted_test_time(src_tokens)
+        out = self.forward_scriptable(src_tokens, src_lengths, False, None)
+        pad = src_tokens.eq(self.padding_idx)
+        x = out["encoder_out"][0]
+        pattern = self.pattern
+        if pattern is not None:  # a rule (not the POS pattern: no tags reach a scripted model)
+            gates = pattern(src_tokens, pad, None)
+            x = x * gates.transpose(0, 1).unsqueeze(-1).to(x.dtype)
+        else:
+            x, gates = self.l0drop.test_time_gates(x, pad)
+        if not self.pruned_decoding:
+            mask = decoder_padding_mask(gates, pad, self.dropped_as)
+            assert mask is not None  # pad is a tensor
+            out["encoder_out"], out["encoder_padding_mask"], out["l0drop_gates"] = [x], [mask], [gates]
+            return out
+        return pruned_output(out, compress(x, gates, pad, self.dropped_as), gates)
+
+    def forward_compacted_test_time(self, src_tokens: Tensor) -> Dict[str, List[Tensor]]:
+        """--l0drop-between-layers in eval mode, compacted (:class:`CompactedEncoder`), with fairseq's embedding,
+        layers and final LayerNorm called one by one instead of through the forward hooks of :meth:`forward`
+        (which TorchScript cannot compile): the same rows, masks and log counts reach every layer."""
+        pad = src_tokens.eq(self.padding_idx)
+        rows = CompactedEncoder(pad)
+        x, _ = self.forward_embedding(src_tokens, None)
+        x = (x * (1 - pad.unsqueeze(-1).type_as(x))).transpose(0, 1)
+        gated = self.layer_l0drops
+        assert gated is not None
+        # each layer reads the rows' padding mask and, once compacted, the dummy's log count on its self-attention
+        # (what the hooks hand it in forward); TorchScript passes no module to a function, hence the repetition
+        # hasattr, not isinstance: TorchScript's isinstance matched only the first compiled shape of
+        # CountAwareAttention (see L0DropTransformerDecoder._set_log_count)
+        for layer, gate in zip(self.layers, gated):  # every layer but the last, each followed by its gates
+            mask, log_count = rows.layer_inputs()
+            if hasattr(layer.self_attn, "log_count_for_call"):  # not a layer whose heads were all pruned
+                layer.self_attn.log_count = log_count
+            x = layer(x, encoder_padding_mask=mask)
+            x, gates = gate.test_time_gates(x, rows.live_pad)
+            x = rows.compact(x, gates, self.dropped_as)
+        last = self.layers[-1]  # not self.layers[-1:]: TorchScript (2.13) takes that slice from the first layer
+        mask, log_count = rows.layer_inputs()
+        if hasattr(last.self_attn, "log_count_for_call"):
+            last.self_attn.log_count = log_count
+        x = last(x, encoder_padding_mask=mask)
+        for layer in self.layers:
+            if hasattr(layer.self_attn, "log_count_for_call"):
+                layer.self_attn.log_count = None
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+        x, gates = self.l0drop.test_time_gates(x, rows.live_pad)
+        mem = rows.original_memory(compress(x, gates, rows.live_pad, self.dropped_as, rows.dropped()))
+        lengths = src_tokens.ne(self.padding_idx).sum(dim=1, dtype=torch.int32).reshape(-1, 1).contiguous()
+        out: Dict[str, List[Tensor]] = {"encoder_states": [], "src_lengths": [lengths]}
+        return pruned_output(out, mem, rows.original_gates(gates))
+
+    def _compacted_output(self, out):
+        """The output gates over the compacted rows, and the memory at the original source positions."""
+        rows = self._compacted
+        x, gates = self.l0drop(out["encoder_out"][0], rows.live_pad, dropped_before=rows.dropped_before())
+        mem = rows.original_memory(compress(x, gates, rows.live_pad, self.dropped_as, rows.dropped()))
+        return pruned_output(out, mem, rows.original_gates(gates))
+
+    def forward_torchscript(self, net_input: Dict[str, Tensor]):
+        """The entry point of fairseq's generators: the encoder is compacted here (``--compact-encoder``; other
+        callers, e.g. the analysis tools, see every layer's states at their original positions); also counts
+        the sparsity of decoded sources. Scripted (fairseq-sparse-export): :meth:`forward_test_time`."""
+        if torch.jit.is_scripting():
+            return self.forward_test_time(net_input["src_tokens"], net_input["src_lengths"])
+        return self._forward_for_generator(net_input)
+
+    @torch.jit.unused
+    def _forward_for_generator(self, net_input: Dict[str, Tensor]):
+        self._generating = True
+        try:
+            out = super().forward_torchscript(net_input)
+        finally:
+            self._generating = False
+        DECODING_STATS.add(out["l0drop_gates"][0], net_input["src_tokens"].eq(self.padding_idx), self.pruned_decoding)
+        return out
+
+    def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order: Tensor):
+        """Nothing is copied: fairseq's generator calls this at every step, but our decoder reads the
+        memory only at the first step and caches what it needs per sentence from there (keys and
+        values, log counts, the attention map), reordering those caches itself. The memory keeps one
+        row per sentence (fairseq's beamable encoder-decoder attention, as BART uses it)."""
+        return encoder_out
+
+
+def pruned_output(out: Dict[str, List[Tensor]], mem: CompressedMemory, gates: Tensor) -> Dict[str, List[Tensor]]:
+    """The encoder output that hands the decoder the compressed memory ``mem`` (``out``: fairseq's encoder's)."""
+    return {
+        "encoder_out": [mem.memory],
+        "encoder_padding_mask": [mem.padding_mask],
+        "encoder_embedding": [],  # nothing downstream reads it; not carrying it saves copies
+        "encoder_states": out["encoder_states"],
+        "fc_results": [],
+        "src_tokens": [],
+        "src_lengths": out["src_lengths"],
+        "l0drop_gates": [gates],
+        "l0drop_log_count": [mem.log_count],
+        "l0drop_kept_index": [mem.kept_index],
+        "l0drop_pruned": [mem.pruned],
+    }
