@@ -22,7 +22,7 @@ import logging
 import math
 import weakref
 from dataclasses import dataclass, field
-from typing import Dict, Optional
+from typing import Optional
 
 import torch
 from fairseq import metrics, utils
@@ -46,37 +46,60 @@ from ..modules.attention_regularisers import (
 )
 from ..modules.distillation import FrozenTeacher, word_kd_loss
 from ..modules.sparsity import collect_sparsity_terms, num_updates, sparsity_groups
-from ..modules.sparsity_control import (
-    ALL_CLOSED,
-    DEFAULT_TARGET_WARMUP,
-    LagrangianController,
-    parse_targets,
-    straight_through,
-)
+from ..modules.sparsity_control import DEFAULT_TARGET_WARMUP, LagrangianController, parse_targets
+from ..modules.sparsity_steering import BATCHES_KEY, STAT_PREFIX, SparsityConfigError, SparsitySteering
 
 logger = logging.getLogger(__name__)
 
-STAT_PREFIX = "sparsity/"
-#: batches behind a logging output's penalties and lambdas: 1 per batch, summed like every other key when
-#: fairseq merges the logging outputs of several workers (logging_outputs_can_be_summed), so their mean
-#: stays a mean across workers
-BATCHES_KEY = "sparsity_batches"
-#: a controlled sparsity still this far from its target ...
-LAG_TOLERANCE = 0.1
-#: ... this many target warm-ups into training is reported (once per key)
-LAG_CHECK_AFTER = 2
-#: the study in which every gate trained from scratch closed and none reopened (the all-closed warning cites it)
-FROM_SCRATCH_REPORT = "reports/2026-11-26-l0drop-from-scratch/README.md"
+def check_lambdas(lambdas, warmup_updates) -> None:
+    """Fixed lambdas finite and >= 0; a fixed-lambda warm-up only with a fixed lambda to ramp."""
+    for group, value in lambdas.items():
+        if not math.isfinite(value):
+            raise ValueError(f"--{group.replace('_', '-')}-lambda must be a finite number, got {value}")
+        if value < 0:
+            raise ValueError(f"--{group.replace('_', '-')}-lambda must be >= 0, got {value}")
+    if warmup_updates < 0:
+        raise ValueError(f"--sparsity-warmup-updates must be >= 0, got {warmup_updates}")
+    if warmup_updates > 0 and not any(v > 0 for v in lambdas.values()):
+        raise ValueError(f"--sparsity-warmup-updates {warmup_updates} ramps fixed lambdas (--l0drop-lambda, "
+                         "--head-gates-lambda, --attention-reg-lambda) and none is set; target sparsities ramp "
+                         "over --sparsity-target-warmup-updates")
 
 
-class SparsityConfigError(ValueError, RuntimeError):
-    """A sparsity option the model cannot honour (e.g. a lambda for a module the model lacks).
+def check_attention_reg(kind: str, reg_lambda: float, heads: str) -> None:
+    """--attention-reg's kind and heads known, its lambda only with a regulariser (a regulariser with lambda 0 is
+    only logged, which is said)."""
+    if kind not in REG_KINDS:
+        raise ValueError(f"--attention-reg must be one of {REG_KINDS}, got {kind!r}")
+    if heads not in HEAD_MODES:
+        raise ValueError(f"--attention-reg-heads must be one of {HEAD_MODES}, got {heads!r}")
+    if kind == "none" and reg_lambda > 0:
+        raise ValueError(f"--attention-reg-lambda {reg_lambda} is set but --attention-reg is 'none'; "
+                         "choose --attention-reg entropy or linf")
+    if kind != "none" and reg_lambda == 0:
+        logger.warning("--attention-reg %s with --attention-reg-lambda 0: the regulariser is only logged", kind)
 
-    Found before the first batch (fairseq's ``task.begin_epoch`` hook, see
-    :meth:`LabelSmoothedCrossEntropyWithSparsity.check_model_before_training`), else at the first
-    forward pass. It is also a RuntimeError because fairseq's trainer saves a ``crash.pt`` checkpoint for
-    any other exception raised inside a training step; a configuration error must stop without writing.
-    """
+
+def check_model_before_training(criterion, task):
+    """Have ``task.begin_epoch(epoch, model)`` check the model first (``criterion.check_model``). fairseq builds the
+    criterion after the model but hands it the model only in the first training step, when its batch-prefetch thread
+    already runs (an error there ends in "terminate called", exit 134); the trainer calls the task's begin_epoch
+    hook with the model just before it reads the first batch."""
+    if task is None:
+        return
+    installed = hasattr(task, "_sparsity_criterion")
+    task._sparsity_criterion = weakref.ref(criterion)  # the latest criterion built for the task checks
+    if installed:
+        return
+    task_begin_epoch = task.begin_epoch
+
+    def begin_epoch(epoch, model):
+        crit = task._sparsity_criterion()
+        if crit is not None and not crit._checked_model:
+            crit.check_model(model)
+        return task_begin_epoch(epoch, model)
+
+    task.begin_epoch = begin_epoch
 
 
 def check_target_optimizer(targets, optimizer) -> None:
@@ -257,28 +280,9 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
         check_precision(bf16)
         self.distill = distillation_settings(distill_teacher, distill_weight, distill_temperature)
         self.lambdas = {"l0drop": l0drop_lambda, "head_gates": head_gates_lambda, "attention_reg": attention_reg_lambda}
-        for group, value in self.lambdas.items():
-            if not math.isfinite(value):
-                raise ValueError(f"--{group.replace('_', '-')}-lambda must be a finite number, got {value}")
-            if value < 0:
-                raise ValueError(f"--{group.replace('_', '-')}-lambda must be >= 0, got {value}")
-        if sparsity_warmup_updates < 0:
-            raise ValueError(f"--sparsity-warmup-updates must be >= 0, got {sparsity_warmup_updates}")
-        if sparsity_warmup_updates > 0 and not any(v > 0 for v in self.lambdas.values()):
-            raise ValueError(f"--sparsity-warmup-updates {sparsity_warmup_updates} ramps fixed lambdas (--l0drop-lambda, "
-                             "--head-gates-lambda, --attention-reg-lambda) and none is set; target sparsities ramp "
-                             "over --sparsity-target-warmup-updates")
+        check_lambdas(self.lambdas, sparsity_warmup_updates)
         attention_reg = str(attention_reg)  # ChoiceEnum members compare equal to their names
-        if attention_reg not in REG_KINDS:
-            raise ValueError(f"--attention-reg must be one of {REG_KINDS}, got {attention_reg!r}")
-        if str(attention_reg_heads) not in HEAD_MODES:
-            raise ValueError(f"--attention-reg-heads must be one of {HEAD_MODES}, got {attention_reg_heads!r}")
-        if attention_reg == "none" and attention_reg_lambda > 0:
-            raise ValueError(f"--attention-reg-lambda {attention_reg_lambda} is set but --attention-reg is 'none'; "
-                             "choose --attention-reg entropy or linf")
-        if attention_reg != "none" and attention_reg_lambda == 0:
-            logger.warning("--attention-reg %s with --attention-reg-lambda 0: the regulariser is only logged",
-                           attention_reg)
+        check_attention_reg(attention_reg, attention_reg_lambda, str(attention_reg_heads))
         self.attention_reg = {"kind": attention_reg, "layers": parse_layers(str(attention_reg_layers)),
                               "heads": str(attention_reg_heads)}
         self.warmup_updates = sparsity_warmup_updates
@@ -294,33 +298,10 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
         if sparsity_target_hold_updates and not (self.controller and self.controller.stages() > 1):
             raise ValueError("--sparsity-target-hold-updates is set but no target sparsity is a schedule "
                              "(e.g. --l0drop-target-sparsity 0.2,0.4,0.6)")
-        self.schedule_checkpoints = (save_interval_updates, max_update, no_epoch_checkpoints)
-        self._warned_closed = set()
-        self._checked_lag = set()
+        self.steering = SparsitySteering(self.controller, (save_interval_updates, max_update, no_epoch_checkpoints))
         self._checked_model = False
         self.teacher = load_teacher(distill_teacher, task) if distill_teacher else None
-        self.check_model_before_training(task)
-
-    def check_model_before_training(self, task):
-        """Have ``task.begin_epoch(epoch, model)`` check the model first. fairseq builds the criterion after
-        the model but hands it the model only in the first training step, when its batch-prefetch thread
-        already runs (an error there ends in "terminate called", exit 134); the trainer calls the task's
-        begin_epoch hook with the model just before it reads the first batch."""
-        if task is None:
-            return
-        installed = hasattr(task, "_sparsity_criterion")
-        task._sparsity_criterion = weakref.ref(self)  # the latest criterion built for the task checks
-        if installed:
-            return
-        task_begin_epoch = task.begin_epoch
-
-        def begin_epoch(epoch, model):
-            crit = task._sparsity_criterion()
-            if crit is not None and not crit._checked_model:
-                crit.check_model(model)
-            return task_begin_epoch(epoch, model)
-
-        task.begin_epoch = begin_epoch
+        check_model_before_training(self, task)
 
     def check_model(self, model):
         """Lambdas for penalties the model cannot produce are a configuration error. Then attaches the
@@ -336,36 +317,9 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
                     f"module; use an architecture with it (e.g. --arch transformer_{group})"
                     + (" or --head-gates enc,dec,encdec" if group == "head_gates" else "")
                 )
-        if self.controller is not None and self.controller.stages() > 1:
-            self.check_schedule_checkpoints(*self.schedule_checkpoints)
-        if self.controller is not None:
-            gated_types = {m.attention_type for m in model.modules() if getattr(m, "penalty_group", "") == "head_gates"}
-            available = ({"l0drop"} if "l0drop" in groups else set()) | (
-                {"head_gates"} | {f"head_gates_{t}" for t in gated_types} if gated_types else set())
-            for key in self.controller.targets:
-                if key not in available:
-                    arch = getattr(getattr(model, "args", None), "arch", type(model).__name__)
-                    raise SparsityConfigError(
-                        f"a target sparsity is set for {key}, but the model ({arch}) has no such gates "
-                        f"(it has: {', '.join(sorted(available)) or 'none'})")
+        self.steering.check_targets(model, groups)
         self.attach_attention_regulariser(model)
         self._checked_model = True
-
-    def check_schedule_checkpoints(self, save_interval_updates, max_update, no_epoch_checkpoints=False):
-        """A schedule saves one checkpoint per target: fairseq's --save-interval-updates must be the hold, and
-        --max-update must leave room for every target. fairseq names a save at an epoch's last update
-        checkpoint<epoch>.pt, which --no-epoch-checkpoints suppresses: a target ending there would be lost."""
-        hold, stages = self.controller.hold_updates, self.controller.stages()
-        if save_interval_updates != hold:
-            raise SparsityConfigError(
-                f"a schedule of {stages} targets holds each for {hold} updates; add --save-interval-updates {hold} "
-                f"(got {save_interval_updates or 'none'}) so that fairseq saves a checkpoint at the end of each target")
-        if max_update and max_update < hold * stages:
-            raise SparsityConfigError(f"a schedule of {stages} targets x {hold} updates needs --max-update "
-                                      f"{hold * stages}, got {max_update}")
-        if no_epoch_checkpoints:
-            logger.warning("--no-epoch-checkpoints with a schedule of targets: a target that ends on an epoch's "
-                           "last update is saved as checkpoint<epoch>.pt, which this option suppresses")
 
     def attach_attention_regulariser(self, model):
         kind = self.attention_reg["kind"]
@@ -430,8 +384,8 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
         logging_output = {}
         updates = num_updates(model)
         terms = collect_sparsity_terms(model)
-        steered = self.test_time_closed(model, sample) if model.training and sample is not None else {}
-        penalty = penalty + self.control_sparsity(terms, updates, model.training, logging_output, steered)
+        steered = self.steering.test_time_closed(model, sample) if model.training and sample is not None else {}
+        penalty = penalty + self.steering.control(terms, updates, model.training, logging_output, steered)
         for term in terms:
             lam = self.current_lambda(term.group, updates)
             if term.penalty is not None:
@@ -445,93 +399,6 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
                     key = f"{STAT_PREFIX}{name}{suffix}"
                     logging_output[key] = logging_output.get(key, 0) + value
         return penalty, logging_output
-
-    def test_time_closed(self, model, sample) -> Dict[str, torch.Tensor]:
-        """{controlled L0Drop key: source states the test-time gates g_hat close on this batch}. In training
-        the gates read encoder states with dropout, and on small data dropout alone moved the share of g_hat = 0
-        by 2-5 points (reports/2026-11-25-controller-small-data/README.md); decoding runs without it. So the
-        encoder reruns on the batch in eval mode (no dropout, gradients or random draws) and the controller steers
-        that share: what fairseq-generate will prune. Head gates read no input: nothing to redo."""
-        encoder = getattr(model, "encoder", None)
-        if self.controller is None or "l0drop" not in self.controller.targets or encoder is None:
-            return {}
-        net_input = sample["net_input"]
-        extra = {"src_tags": net_input["src_tags"]} if net_input.get("src_tags") is not None else {}
-        modes = [(m, m.training) for m in encoder.modules()]
-        encoder.eval()
-        try:
-            with torch.no_grad():
-                encoder(net_input["src_tokens"], src_lengths=net_input["src_lengths"], **extra)
-        finally:
-            for m, mode in modes:
-                m.training = mode
-        counts = [t.sparsity["l0drop"].closed for t in collect_sparsity_terms(model) if "l0drop" in t.sparsity]
-        return {"l0drop": sum(counts)} if counts else {}
-
-    def control_sparsity(self, terms, updates: int, training: bool, logging_output: dict, steered=None):
-        """Log the expected sparsity of every gated key, warn once when a key's units are (nearly)
-        all closed, and return the controller's Lagrangian (training with targets; else 0). ``steered``:
-        {key: closed count} that replaces the training pass's g_hat count as the value the controller steers
-        (:meth:`test_time_closed`); the gradient is the expected share's either way."""
-        counts: Dict[str, tuple] = {}  # key -> (expected closed, closed, units), summed over the modules
-        for term in terms:
-            for key, c in term.sparsity.items():
-                counts[key] = tuple(a + b for a, b in zip(counts.get(key, (0, 0, 0)), (c.expected, c.closed, c.units)))
-        for key, closed in (steered or {}).items():
-            if key in counts:
-                logging_output[f"{STAT_PREFIX}{key}_test_time_sparsity:num"] = closed
-                logging_output[f"{STAT_PREFIX}{key}_test_time_sparsity:den"] = counts[key][2]
-                counts[key] = (counts[key][0], closed, counts[key][2])
-        shares = {}
-        for key, (exp, closed, units) in counts.items():
-            if not units:
-                continue
-            # the g_hat share is each module's own statistic (<key>_sparsity); the expected one is logged here
-            logging_output[f"{STAT_PREFIX}{key}_expected_sparsity:num"] = exp.detach()
-            logging_output[f"{STAT_PREFIX}{key}_expected_sparsity:den"] = units
-            shares[key] = straight_through(closed, exp, units)
-            if key not in self._warned_closed and float(closed) >= ALL_CLOSED * float(units):
-                self._warned_closed.add(key)
-                target = (self.controller.target(key, updates)
-                          if self.controller is not None and key in self.controller.targets else None)
-                advice = ("Lower the target sparsity or lambda if this is not what you want; from scratch, gates "
-                          "close while the model does not yet use its source, and closed gates do not reopen "
-                          f"({FROM_SCRATCH_REPORT}): fine-tune from a trained model (--finetune-from-model)."
-                          if target is None or target >= ALL_CLOSED else
-                          f"The target is {target:.2f} now: the controller overshot, as it does when the gates "
-                          "cannot follow while the model is still learning (a target from scratch closed every "
-                          f"L0Drop gate at once, and so did a ramped fixed lambda, {FROM_SCRATCH_REPORT}); fine-tune "
-                          "from a trained model (--finetune-from-model).")
-                logger.warning("!!! %s: %d of %d gated units are closed (g_hat = 0): the model has (nearly) nothing "
-                               "left there. %s", key, int(closed), int(units), advice)
-        if self.controller is None or not training:
-            return 0.0
-        self.warn_if_lagging(shares, updates)
-        lagrangian = self.controller.lagrangian(shares, updates)
-        for key in lagrangian:
-            lam = self.controller.lambdas(key).detach()
-            logging_output[f"{STAT_PREFIX}{key}_target"] = self.controller.target(key, updates)
-            logging_output[f"{STAT_PREFIX}{key}_lambda1"] = lam[0]
-            logging_output[f"{STAT_PREFIX}{key}_lambda2"] = lam[1]
-            logging_output[BATCHES_KEY] = 1
-        return sum(lagrangian.values()) if lagrangian else 0.0
-
-    def warn_if_lagging(self, shares, updates):
-        """Once per key, LAG_CHECK_AFTER warm-ups into training: warn when the g_hat sparsity is still more
-        than LAG_TOLERANCE from the target (typically gates at the model's small learning rate)."""
-        if updates < LAG_CHECK_AFTER * max(self.controller.warmup_updates, 1):
-            return
-        for key, share in shares.items():
-            if key in self._checked_lag or key not in self.controller.targets:
-                continue
-            self._checked_lag.add(key)
-            target = self.controller.target(key, updates)
-            share = float(share.detach()) if torch.is_tensor(share) else float(share)
-            if abs(share - target) > LAG_TOLERANCE:
-                logger.warning("%s: sparsity %.2f after %d updates, target %.2f: the gates move slowly. With "
-                               "--optimizer adam they move at the model's --lr; --optimizer adam_sparsity gives them "
-                               "and the multipliers --sparsity-lr (docs/training-options.md#target-sparsity).",
-                               key, share, updates, target)
 
     def load_state_dict(self, state_dict, strict=True):
         """fairseq restores the criterion's multipliers on resume; a checkpoint without them (the converged

@@ -152,10 +152,10 @@ def test_schedule_checkpoint_options_checked_before_training():
                                     (300, 500, "--max-update 600")]:
         c = criterion(save_interval_updates=save, max_update=max_update, **kw)
         with pytest.raises(SparsityConfigError, match=match):
-            c.check_schedule_checkpoints(*c.schedule_checkpoints)
+            c.steering.check_schedule_checkpoints(*c.steering.schedule_checkpoints)
     c = criterion(save_interval_updates=300, max_update=0, **kw)
-    c.check_schedule_checkpoints(*c.schedule_checkpoints)
-    assert c.schedule_checkpoints == (300, 0, False)
+    c.steering.check_schedule_checkpoints(*c.steering.schedule_checkpoints)
+    assert c.steering.schedule_checkpoints == (300, 0, False)
     with pytest.raises(ValueError, match="no target sparsity is a schedule"):
         criterion(l0drop_target_sparsity="0.3", sparsity_target_hold_updates=300)
 
@@ -188,10 +188,10 @@ def test_lagging_sparsity_reported_once(caplog):
     c = criterion(l0drop_target_sparsity=0.5, head_gates_target_sparsity="0.5", sparsity_target_warmup_updates=100)
     shares = {"l0drop": torch.tensor(0.05), "head_gates": torch.tensor(0.45)}
     with caplog.at_level("WARNING"):
-        c.warn_if_lagging(shares, 199)
+        c.steering.warn_if_lagging(shares, 199)
         assert not caplog.records
-        c.warn_if_lagging(shares, 200)
-        c.warn_if_lagging(shares, 300)
+        c.steering.warn_if_lagging(shares, 200)
+        c.steering.warn_if_lagging(shares, 300)
     messages = [r.getMessage() for r in caplog.records]
     assert len(messages) == 1 and messages[0].startswith("l0drop: sparsity 0.05 after 200 updates, target 0.50")
     assert "adam_sparsity" in messages[0]
@@ -209,17 +209,17 @@ def test_all_closed_warning_says_when_the_controller_overshot(caplog):
 
     c = criterion(l0drop_target_sparsity=0.5, sparsity_target_warmup_updates=1000)
     with caplog.at_level("WARNING"):
-        c.control_sparsity(terms(50), 500, True, {})
+        c.steering.control(terms(50), 500, True, {})
         assert not caplog.records
-        c.control_sparsity(terms(100), 500, True, {})
-        c.control_sparsity(terms(100), 600, True, {})
+        c.steering.control(terms(100), 500, True, {})
+        c.steering.control(terms(100), 600, True, {})
     messages = [r.getMessage() for r in caplog.records if "gated units are closed" in r.getMessage()]
     assert len(messages) == 1 and "l0drop: 100 of 100" in messages[0]
     assert "The target is 0.25 now: the controller overshot" in messages[0] and "--finetune-from-model" in messages[0]
     caplog.clear()
     fixed = criterion(l0drop_lambda=0.3)
     with caplog.at_level("WARNING"):
-        fixed.control_sparsity(terms(100), 500, True, {})
+        fixed.steering.control(terms(100), 500, True, {})
     assert "Lower the target sparsity or lambda" in caplog.records[-1].getMessage()
     assert "--finetune-from-model" in caplog.records[-1].getMessage()
 
