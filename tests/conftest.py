@@ -24,8 +24,10 @@ torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 USER_DIR = os.path.join(REPO, "fairseq_sparse")
 BIN = os.path.dirname(sys.executable)  # console scripts of the venv that runs the tests
-# tests/unit holds pure tests, tests/e2e console scripts and training; e2e modules import unit modules' helpers
-sys.path.insert(0, os.path.join(REPO, "tests", "unit"))
+# tests/unit holds pure tests, tests/e2e console scripts and training; what test files share is in tests/helpers/ (a
+# package beside this file: pytest puts this folder on sys.path, so `from helpers.cli import train`), its asserts
+# rewritten as a test file's are (the helpers assert too); no test file imports another (tests/unit/test_test_layout.py)
+pytest.register_assert_rewrite("helpers")
 
 # a model small enough to train in seconds on 2 CPU cores
 TINY_MODEL = model_flags(layers=2, embed_dim=64, ffn_dim=128, heads=4, dropout=0.1)
@@ -186,3 +188,19 @@ def l0drop_ckpt(corpus, stock_transformer_ckpt, tmp_path_factory):
         "--lr", "5e-3", "--warmup-updates", "30",
     ] + TINY_MODEL, max_update=200))
     return os.path.join(save, "checkpoint_last.pt")
+
+
+@pytest.fixture(scope="module")
+def raw_corpus(tmp_path_factory):
+    """The synthetic corpus with language-code suffixes (en/de), as a user's raw corpus folder."""
+    from fairseq_sparse.synthetic_corpus import make_corpus
+
+    root = tmp_path_factory.mktemp("recipe_corpus")
+    syn = make_corpus(str(root / "syn"), train=500, valid=30, test=25, min_len=2, max_len=10)
+    raw = root / "raw"
+    raw.mkdir()
+    for split in ("train", "valid", "test"):
+        shutil.copy(os.path.join(syn, f"{split}.src"), raw / f"{split}.en")
+        shutil.copy(os.path.join(syn, f"{split}.tgt"), raw / f"{split}.de")
+    shutil.copy(os.path.join(syn, "test.align"), raw / "test.align")
+    return raw

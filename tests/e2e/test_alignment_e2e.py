@@ -4,7 +4,6 @@ the fairseq-sparse-attention console tool end to end (stock transformer with the
 true word alignment as gold; L0Drop model with the Zhang, Titov & Sennrich 2021
 Fig. 1/7/8 analyses).
 Here the tests that train or run console scripts; the pure ones are in tests/unit/test_alignment.py."""
-import csv
 import json
 import math
 import os
@@ -18,36 +17,11 @@ from conftest import console, run
 from fairseq_sparse.analysis import alignment as al
 from fairseq_sparse.cli import attention_analysis as aa
 from fairseq_sparse.modules.attention_capture import HeadAttentionRecorder
-from test_alignment import write
-
+from helpers.analysis import read_tsv, write, write_gold
 
 
 # ----------------------------------------------------------------------------------------------
 # the console tool
-
-
-def synthetic_gold(src_line, tgt_line):
-    from fairseq_sparse.synthetic_corpus import gold_alignment
-
-    return gold_alignment(src_line, tgt_line)
-
-
-def write_gold(corpus, directory, two_files=False):
-    with open(os.path.join(corpus["raw"], "test.src")) as f:
-        src = f.read().splitlines()
-    with open(os.path.join(corpus["raw"], "test.tgt")) as f:
-        tgt = f.read().splitlines()
-    golds = [synthetic_gold(s, t) for s, t in zip(src, tgt)]
-    if two_files:
-        return (write(os.path.join(directory, "sure.align"), [" ".join(f"{a}-{b}" for a, b in s) for s, _ in golds]),
-                write(os.path.join(directory, "possible.align"), [" ".join(f"{a}-{b}" for a, b in p) for _, p in golds]))
-    return write(os.path.join(directory, "gold.align"),
-                 [" ".join([f"{a}-{b}" for a, b in s] + [f"{a}?{b}" for a, b in p]) for s, p in golds]), src, tgt
-
-
-def read_tsv(path):
-    with open(path) as f:
-        return list(csv.DictReader(f, delimiter="\t"))
 
 
 def test_console_tool_on_the_stock_transformer(stock_transformer_ckpt, corpus, tmp_path):

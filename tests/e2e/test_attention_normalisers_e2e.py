@@ -8,36 +8,19 @@ import math
 
 import pytest
 import torch
-from fairseq import checkpoint_utils, options
+from fairseq import options
 from fairseq.modules import MultiheadAttention
-from fairseq.sequence_generator import SequenceGenerator
 
 import fairseq_sparse  # noqa: F401  (registers the models)
 from fairseq_sparse.modules.attention_normalisers import NORMALISERS, NormalisedAttention
 from fairseq_sparse.models.transformer_head_gates import HeadGatesTransformerModel
 from fairseq_sparse.modules.count_attention import CountAwareAttention
-from test_attention_normalisers import EMBED, HEADS, rescore
+from helpers.checkpoints import load
+from helpers.models import rescore
+from helpers.normalisers import EMBED, HEADS, batch, generate
 
 
 # --- in models: SequenceGenerator, pruned decoding, options ------------------------------------------
-
-def load(ckpt, data, **overrides):
-    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([ckpt], arg_overrides=dict(data=data, **overrides))
-    task.load_dataset("test")
-    return models[0].eval(), cfg, task
-
-
-def batch(task, n=8):
-    ds = task.dataset("test")
-    order = sorted(range(len(ds)), key=lambda i: (int(ds.src_sizes[i]), i))
-    step = max(1, len(order) // n)
-    return ds.collater([ds[i] for i in order[::step][:n - 1] + [order[-1]]])
-
-
-def generate(model, task, sample, beam=4):
-    gen = SequenceGenerator([model], task.target_dictionary, beam_size=beam, max_len_a=0, max_len_b=12)
-    with torch.no_grad():
-        return gen.generate([model], sample)
 
 
 def normalised_model(ckpt, corpus, name, temperature=1.0):

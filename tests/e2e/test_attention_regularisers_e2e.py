@@ -327,7 +327,7 @@ def test_bad_options(model_task):
 
 
 def test_train_with_entropy_regulariser_then_generate(corpus, stock_transformer_ckpt, tmp_path):
-    from test_cli import generate, log_records, train
+    from helpers.cli import generate, log_records, train
 
     save = str(tmp_path / "ckpt")
     proc = train(corpus["bin"], save, [
@@ -348,7 +348,7 @@ def test_train_with_entropy_regulariser_then_generate(corpus, stock_transformer_
 
 
 def test_lambda_without_regulariser_rejected_before_training(corpus, tmp_path):
-    from test_cli import log_records, train
+    from helpers.cli import log_records, train
 
     proc = train(corpus["bin"], str(tmp_path), [
         "--arch", "transformer", "--criterion", "label_smoothed_cross_entropy_with_sparsity", "--label-smoothing",

@@ -14,9 +14,9 @@ from fairseq_sparse.models.transformer_head_gates import HeadGatesTransformerMod
 from fairseq_sparse.analysis.sparsity_curve import read_state
 from fairseq_sparse.models.transformer_l0drop import L0DropTransformerModel
 from fairseq_sparse.modules.coverage_attention import CoverageAttention
-from test_attention_normalisers_e2e import batch, generate, load
-from test_attention_normalisers import rescore
-from test_generation_exactness import drop_fraction, pruned_vs_unpruned, sparsity
+from helpers.checkpoints import drop_fraction, load, pruned_vs_unpruned, sparsity
+from helpers.models import rescore
+from helpers.normalisers import batch, generate
 
 
 def coverage_model(ckpt, corpus, arch="transformer_head_gates", seed=0):

@@ -12,11 +12,11 @@ import os
 import pytest
 
 from conftest import USER_DIR, console, run
-from test_cli import ENV, L0DROP, assert_same_decoding, generate_cmd, log_records, sparsity_line, train_cmd
-from test_cli import with_mixed_gates as with_mixed_l0drop_gates
-from test_gate_optimiser_e2e import GATE_GROUP_LOG
-from test_head_gates_cli import HEAD_GATES, assert_same_hypotheses, prune, with_mixed_gates
-from test_simplified_decoder_cli import SIMPLIFIED
+from helpers.cli import (ENV, L0DROP, SIMPLIFIED, assert_same_decoding, generate_cmd, log_records, sparsity_line,
+                         train_cmd)
+from helpers.cli import with_mixed_gates as with_mixed_l0drop_gates
+from helpers.head_gates import HEAD_GATES, assert_same_hypotheses, prune, with_mixed_gates
+from helpers.optim import GATE_GROUP_LOG
 
 pytestmark = pytest.mark.cuda
 

@@ -47,7 +47,7 @@ def test_distillation_resumes(corpus, stock_transformer_ckpt, tmp_path):
 
 def test_distillation_in_two_processes(corpus, stock_transformer_ckpt, tmp_path):
     """One process per rank (gloo on CPU): each rank loads its own teacher; the runs finish and log KD."""
-    from test_cli import ENV, free_port, train_cmd
+    from helpers.cli import ENV, free_port, train_cmd
 
     port, save = free_port(), str(tmp_path / "two")
     procs = [subprocess.Popen(train_cmd(corpus["bin"], save, [

@@ -11,7 +11,7 @@ import pytest
 @pytest.fixture(scope="module")
 def freq_pattern_ckpt(corpus, stock_transformer_ckpt, tmp_path_factory):
     """The stock checkpoint fine-tuned 20 updates with the freq pattern at rate 0.3."""
-    from test_cli import train
+    from helpers.cli import train
 
     save = str(tmp_path_factory.mktemp("pattern"))
     proc = train(corpus["bin"], save, ["--arch", "transformer_l0drop", "--encoder-output-pattern", "freq",
@@ -44,7 +44,7 @@ def expected_rate(corpus, ckpt, overrides=None):
 def test_pattern_model_decodes_exactly_and_prints_its_rate(corpus, freq_pattern_ckpt, overrides):
     """Pruned == unpruned decoding (beam 4) of a pattern model, also with another rule set at decoding time;
     the printed sparsity rate is the rule's share of the test sources."""
-    from test_cli import assert_same_decoding, generate, sparsity_line
+    from helpers.cli import assert_same_decoding, generate, sparsity_line
 
     pruned, unpruned = [generate(corpus["bin"], freq_pattern_ckpt, ["--model-overrides", repr(
         dict(overrides, pruned_decoding=p))]) for p in (True, False)]
@@ -56,7 +56,7 @@ def test_pattern_model_decodes_exactly_and_prints_its_rate(corpus, freq_pattern_
 
 def test_pattern_with_a_lambda_fails_before_training(corpus, tmp_path):
     """The refusal reaches the fairseq-train user before anything is written."""
-    from test_cli import train
+    from helpers.cli import train
 
     proc = train(corpus["bin"], str(tmp_path / "x"), [
         "--arch", "transformer_l0drop", "--encoder-output-pattern", "freq", "--encoder-output-pattern-top-k", "5",
@@ -88,7 +88,7 @@ def tags_dir(corpus, tmp_path_factory):
 def test_pos_pattern_trains_and_decodes_exactly(corpus, stock_transformer_ckpt, tags_dir, tmp_path):
     """fairseq-train and fairseq-generate with --task translation_source_tags: the function words (and nothing
     else) are dropped, the printed rate is their share, and pruned == unpruned decoding (beam 4)."""
-    from test_cli import assert_same_decoding, generate, sparsity_line, train
+    from helpers.cli import assert_same_decoding, generate, sparsity_line, train
 
     task = ["--task", "translation_source_tags", "--source-tags-dir", tags_dir]
     save = str(tmp_path / "pos")
@@ -111,7 +111,7 @@ def test_pos_pattern_trains_and_decodes_exactly(corpus, stock_transformer_ckpt, 
 def test_pos_pattern_needs_the_task_and_matching_tags(corpus, tags_dir, tmp_path):
     """A clear error before training: the POS pattern without the task, the task without tags for a split, a
     tags file with a wrong number of tags on a line."""
-    from test_cli import train
+    from helpers.cli import train
 
     proc = train(corpus["bin"], str(tmp_path / "a"), ["--arch", "transformer_l0drop", "--encoder-output-pattern",
                                                       "pos"], check=False)

@@ -88,9 +88,9 @@ def simplified_ckpt(corpus, stock_transformer_ckpt, tmp_path_factory):
 def composed_ckpt(corpus, stock_transformer_ckpt, tmp_path_factory):
     """The composed model (simplified decoder, L0Drop between the encoder layers and on the output, head gates)
     fine-tuned briefly from the stock checkpoint, its L0Drop gates shifted to prune about half of the test
-    states at each gate (test_cli.with_mixed_gates), its heads then cut out by a mask that leaves one encoder
+    states at each gate (helpers.cli.with_mixed_gates), its heads then cut out by a mask that leaves one encoder
     layer and one encoder-decoder attention without any head."""
-    from test_cli import with_mixed_gates
+    from helpers.cli import with_mixed_gates
 
     save = tmp_path_factory.mktemp("composed")
     fairseq_train(corpus["bin"], str(save), [

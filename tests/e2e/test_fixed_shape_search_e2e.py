@@ -8,7 +8,7 @@ import os
 import pytest
 
 from conftest import USER_DIR
-from test_shared_memory_e2e import generate_argv, per_sentence_lines, run_main
+from helpers.cli import generate_argv, per_sentence_lines, run_main
 
 FIXED = ["--task", "translation_fixed_shape"]
 FLAGS = {

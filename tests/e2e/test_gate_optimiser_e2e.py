@@ -9,7 +9,6 @@ Here the tests that train or run console scripts; the pure ones are in tests/uni
 import hashlib
 import json
 import os
-import re
 import shutil
 
 import pytest
@@ -18,7 +17,7 @@ import torch
 import fairseq_sparse  # noqa: F401  (registers the optimiser; allowlists checkpoint classes)
 from conftest import TRAIN_COMMON, TINY_MODEL, USER_DIR, console, run
 from fairseq_sparse.optim.adam_sparsity import GROUP_FLAG, FairseqAdamSparsity
-from test_gate_optimiser import LR, SPARSITY_LR, WD, by_id
+from helpers.optim import GATE_GROUP_LOG, SPARSITY_LR, WD, by_id
 
 
 # ----------------------------------------------------------------------------------------------
@@ -29,8 +28,6 @@ GATED = ["--arch", "transformer_l0drop", "--head-gates", "enc,dec,encdec",
          "--criterion", "label_smoothed_cross_entropy_with_sparsity", "--label-smoothing", "0.1",
          "--l0drop-lambda", "0.3", "--head-gates-lambda", "0.05"]
 ADAM_SPARSITY = ["--optimizer", "adam_sparsity", "--sparsity-lr", str(SPARSITY_LR), "--weight-decay", str(WD)]
-#: adam_sparsity's log line of a non-empty gate group (the CUDA tests look for it too)
-GATE_GROUP_LOG = re.compile(r"sparsity control, [^:]*: [1-9][\d,]* parameters in [1-9]\d* tensors at --sparsity-lr ")
 N_CONTROL = 2 + 6  # L0Drop's w and b, one log alpha per gated attention module (2 layers x 3 types)
 
 

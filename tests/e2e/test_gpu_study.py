@@ -12,7 +12,7 @@ import torch
 from fairseq_sparse.checkpoint_safety import read_state
 
 from conftest import REPO
-from test_recipe import TINY, raw_corpus  # noqa: F401  (raw_corpus: a fixture)
+from helpers.recipe import TINY
 
 SCRIPT = os.path.join(REPO, "scripts", "gpu_study.sh")
 

@@ -4,7 +4,6 @@ Here the tests that train or run console scripts; the pure ones are in tests/uni
 import csv
 import json
 import os
-import types
 
 import numpy as np
 import pytest
@@ -15,8 +14,7 @@ import fairseq_sparse  # noqa: F401  (registers the plugin and fairseq's checkpo
 from conftest import console, run
 from fairseq_sparse.analysis import heads as ha
 from fairseq_sparse.cli import head_analysis as cli
-from test_head_analysis import SETTINGS
-
+from helpers.analysis import SETTINGS
 
 
 # ----------------------------------------------------------------------------------------------

@@ -7,38 +7,11 @@ import pytest
 import torch
 from fairseq import checkpoint_utils
 
-from conftest import console, refused_in_process, run
-from test_cli import ENV, L0DROP, generate, parse_generate, sparsity_line, train
-from test_cli import with_mixed_gates as with_mixed_l0drop_gates
-
 import fairseq_sparse  # noqa: F401
-from fairseq_sparse.cli.prune_heads import save_state
-
-HEAD_GATES = ["--arch", "transformer_head_gates", "--criterion", "label_smoothed_cross_entropy_with_sparsity",
-              "--label-smoothing", "0.1"]
-
-
-def prune(ckpt, out, extra=(), check=True):
-    return run([console("fairseq-sparse-prune-heads"), "--path", ckpt, "--output", out] + list(extra),
-               check=check, env=ENV)
-
-
-def with_mixed_gates(ckpt, out):
-    """The checkpoint with its head gates set to a mix of closed, fractional and open values."""
-    state = checkpoint_utils.load_checkpoint_to_cpu(ckpt)
-    values = torch.tensor([-6.0, 0.0, 3.0, -0.5])  # g_hat: 0, 0.5, 1, 0.27
-    for i, k in enumerate(sorted(k for k in state["model"] if k.endswith("head_gates.log_alpha"))):
-        state["model"][k] = values.roll(i)
-    save_state(state, out)
-    return out
-
-
-def assert_same_hypotheses(a, b, tol=1e-4):
-    ha, hb = parse_generate(a.stdout)["H"], parse_generate(b.stdout)["H"]
-    assert ha and ha.keys() == hb.keys()
-    for sid in ha:
-        assert ha[sid][1] == hb[sid][1], sid
-        assert abs(ha[sid][0] - hb[sid][0]) < tol, sid
+from conftest import refused_in_process
+from helpers.cli import L0DROP, generate, parse_generate, sparsity_line, train
+from helpers.cli import with_mixed_gates as with_mixed_l0drop_gates
+from helpers.head_gates import HEAD_GATES, assert_same_hypotheses, prune, with_mixed_gates
 
 
 @pytest.fixture(scope="module")

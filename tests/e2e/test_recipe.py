@@ -3,40 +3,9 @@ inputs, options and the input checks: test_recipe_variants.py)."""
 import json
 import os
 import re
-import shutil
 import subprocess
-import sys
 
-import pytest
-
-from conftest import REPO, console, run
-
-RECIPE = [console("fairseq-sparse-recipe")]
-SHIM = [sys.executable, os.path.join(REPO, "examples", "recipe.py")]  # the former entry point, kept working
-TINY = ["--layers", "2", "--embed-dim", "32", "--ffn-dim", "64", "--heads", "2", "--bpe-merges", "100",
-        "--baseline-updates", "40", "--warmup-updates", "10", "--finetune-updates", "20", "--curve-updates", "10",
-        "--curve-targets", "0.3,0.6", "--beam", "2", "--max-tokens", "2000", "--baseline-patience", "0"]
-
-
-@pytest.fixture(scope="module")
-def raw_corpus(tmp_path_factory):
-    """The synthetic corpus with language-code suffixes (en/de), as a user's raw corpus folder."""
-    from fairseq_sparse.synthetic_corpus import make_corpus
-
-    root = tmp_path_factory.mktemp("recipe_corpus")
-    syn = make_corpus(str(root / "syn"), train=500, valid=30, test=25, min_len=2, max_len=10)
-    raw = root / "raw"
-    raw.mkdir()
-    for split in ("train", "valid", "test"):
-        shutil.copy(os.path.join(syn, f"{split}.src"), raw / f"{split}.en")
-        shutil.copy(os.path.join(syn, f"{split}.tgt"), raw / f"{split}.de")
-    shutil.copy(os.path.join(syn, "test.align"), raw / "test.align")
-    return raw
-
-
-def recipe(corpus, work, extra=(), check=True, langs=("en", "de")):
-    return run(RECIPE + ["--corpus", str(corpus), "-s", langs[0], "-t", langs[1], "--work-dir", str(work)] + TINY
-               + list(extra), check=check)
+from helpers.recipe import RECIPE, TINY, recipe
 
 
 def test_recipe_end_to_end_and_resume(raw_corpus, tmp_path):

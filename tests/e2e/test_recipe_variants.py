@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from conftest import refused_in_process, run
-from test_recipe import RECIPE, SHIM, TINY, raw_corpus, recipe  # noqa: F401  (raw_corpus: a fixture)
+from helpers.recipe import RECIPE, SHIM, TINY, recipe
 
 
 def test_recipe_on_a_tokenised_corpus_without_bpe(raw_corpus, tmp_path):

@@ -7,8 +7,6 @@ with one line and exit status 1 before anything is decoded.
 One comparison runs the console script (stock and switched side by side, one thread each); the others call the
 console scripts' own ``main`` in this process with the arguments their parsers read (what the scripts run, without
 one more interpreter start and import of fairseq, 3 s of CPU and much more wall time on shared cores)."""
-import contextlib
-import io
 import os
 import subprocess
 
@@ -16,36 +14,9 @@ import pytest
 import torch
 
 from conftest import USER_DIR, console
+from helpers.cli import generate_argv, per_sentence_lines, run_main
 
 SHARED = ["--task", "translation_shared_memory"]
-OUTPUT = ("S-", "T-", "H-", "D-", "P-", "A-", "C-")  # what fairseq-generate / -interactive print per sentence
-
-
-
-def per_sentence_lines(stdout):
-    lines = [line for line in stdout.splitlines() if line.startswith(OUTPUT)]
-    assert any(line.startswith("H-") for line in lines), stdout[-2000:]
-    return lines
-
-
-def generate_argv(corpus, path, flags):
-    return [corpus["bin"], "--user-dir", USER_DIR, "--path", path, "--gen-subset", "test", "--cpu",
-            "--max-tokens", "2000"] + list(flags)
-
-
-def run_main(script, argv, stdin=None):
-    """fairseq-generate's or fairseq-interactive's main on ``argv``, in this process; what it printed."""
-    from fairseq import options
-    from fairseq_cli import generate, interactive
-
-    parser = options.get_generation_parser() if script == "generate" else options.get_interactive_generation_parser()
-    args = options.parse_args_and_arch(parser, argv)
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.ExitStack() as stack:
-        if stdin is not None:
-            stack.enter_context(pytest.MonkeyPatch.context()).setattr("sys.stdin", io.StringIO(stdin))
-        (generate if script == "generate" else interactive).main(args)
-    return out.getvalue()
 
 
 def assert_same_output(script, argv, stdin=None):
@@ -120,7 +91,7 @@ def test_the_generator_reads_one_memory_row_per_sentence(stock_transformer_ckpt,
     every decoding step hands the decoder a memory of one row per sentence, and the output equals the stock model's
     bit for bit (a test batch of mixed lengths, beam 4)."""
     from fairseq import checkpoint_utils, options, tasks
-    from test_shared_memory import assert_identical, generation_args, memory_rows_seen
+    from helpers.models import assert_identical, generation_args, memory_rows_seen
 
     loaded = {}
     for task_name in ("translation", "translation_shared_memory"):

@@ -17,12 +17,10 @@ from fairseq import checkpoint_utils
 import fairseq_sparse  # noqa: F401
 from conftest import console, run
 from fairseq_sparse.cli.prune_heads import save_state
-from test_alignment_e2e import read_tsv, write_gold
-from test_cli import ENV, N_TEST, file_fingerprint, generate, log_records, parse_generate, train
-from test_head_gates_cli import assert_same_hypotheses, prune, with_mixed_gates
+from helpers.analysis import read_tsv, write_gold
+from helpers.cli import ENV, N_TEST, SIMPLIFIED, file_fingerprint, generate, log_records, parse_generate, train
+from helpers.head_gates import assert_same_hypotheses, prune, with_mixed_gates
 
-SIMPLIFIED = ["--arch", "transformer_simplified_decoder", "--criterion", "label_smoothed_cross_entropy",
-              "--label-smoothing", "0.1"]
 FFN_KEYS = (".fc1.", ".fc2.", ".final_layer_norm.")
 
 

@@ -15,7 +15,7 @@ import torch
 import fairseq_sparse  # noqa: F401  (registers the models)
 from fairseq_sparse.models.transformer_l0drop import L0DropTransformerModel, transformer_l0drop
 from fairseq_sparse.modules.decoder_layer import decoder_blocks
-from test_generation_exactness import drop_fraction, load, mixed_batch, pruned_vs_unpruned, sparsity
+from helpers.checkpoints import drop_fraction, load, mixed_batch, pruned_vs_unpruned, sparsity
 
 
 # ----------------------------------------------------------------------------------------------

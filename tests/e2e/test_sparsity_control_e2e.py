@@ -11,7 +11,7 @@ def test_fairseq_train_reaches_targets(corpus, stock_transformer_ckpt, tmp_path)
     targets ramped up over 100 updates instead of the default 200, to keep the test short): the g_hat sparsity
     on valid ends near the targets for L0Drop states and encoder heads alike."""
     from conftest import TINY_MODEL, fairseq_train
-    from test_cli import log_records
+    from helpers.cli import log_records
 
     proc = fairseq_train(corpus["bin"], str(tmp_path / "save"), [
         "--arch", "transformer_l0drop", "--head-gates", "enc", "--criterion",

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from conftest import USER_DIR, console, run
-from test_cli import ENV, L0DROP, train_cmd, with_mixed_gates
+from helpers.cli import ENV, L0DROP, train_cmd, with_mixed_gates
 
 import fairseq_sparse  # noqa: F401  (registers the plugin, allowlists fairseq checkpoint classes)
 from fairseq_sparse.analysis import sparsity_curve as sc

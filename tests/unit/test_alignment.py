@@ -13,16 +13,11 @@ import fairseq_sparse  # noqa: F401  (registers the plugin and fairseq's checkpo
 from fairseq_sparse.analysis import alignment as al
 from fairseq_sparse.analysis import attention as att
 from fairseq_sparse.cli import common
+from helpers.analysis import write
 
 
 # ----------------------------------------------------------------------------------------------
 # gold files
-
-
-def write(path, lines):
-    with open(path, "w") as f:
-        f.write("".join(line + "\n" for line in lines))
-    return str(path)
 
 
 def test_one_file_convention_sure_dash_possible_question_mark(tmp_path):

@@ -20,6 +20,7 @@ from fairseq_sparse.modules.attention_normalisers import (
     softmax_t,
     sparsemax,
 )
+from helpers.normalisers import EMBED, HEADS
 
 NEG = float("-inf")
 NON_SOFTMAX = [n for n in NORMALISERS if n != "softmax"]
@@ -112,8 +113,6 @@ def test_masked_keys_get_exact_zeros_and_no_nan(name):
 
 # --- NormalisedAttention as a module ----------------------------------------------------------------
 
-EMBED, HEADS = 16, 4
-
 
 def attention_pair(normaliser, temperature=1.0, seed=0):
     torch.manual_seed(seed)
@@ -204,21 +203,6 @@ def test_count_bias_added_after_temperature():
     mod.log_count = None
     assert torch.allclose(full, comp, atol=1e-5)
     assert torch.allclose(wfull[..., :4].sum(-1), wcomp[..., 0], atol=1e-6)
-
-
-def rescore(model, sample, hypos, eos):
-    """Teacher-forced log-probabilities of each hypothesis (a full-sequence, non-incremental pass)."""
-    src, lengths = sample["net_input"]["src_tokens"], sample["net_input"]["src_lengths"]
-    scores = []
-    for i, hyps in enumerate(hypos):
-        for h in hyps:
-            tokens = h["tokens"].unsqueeze(0)
-            prev = torch.cat([tokens.new_full((1, 1), eos), tokens[:, :-1]], dim=1)
-            with torch.no_grad():
-                logits, _ = model(src[i:i + 1], lengths[i:i + 1], prev)
-                lp = model.get_normalized_probs((logits, None), log_probs=True)
-            scores.append((lp[0].gather(-1, tokens[0].unsqueeze(-1)).squeeze(-1), h["positional_scores"]))
-    return scores
 
 
 def test_gumbel_attention_scales_noise_by_temperature():

@@ -69,7 +69,7 @@ def test_lambda_warmup_help_says_what_it_ramps():
 
 def build_l0drop_model(*extra):
     """transformer_l0drop as fairseq-train builds it (test_l0drop's builder; later options win)."""
-    from test_l0drop import build_l0drop_model as build
+    from helpers.models import build_l0drop_model as build
 
     return build(*extra)[0]
 

@@ -2,7 +2,6 @@
 SequenceGenerator's hypotheses and scores for the stock transformer and every architecture of the plugin, and for
 every generation option it accepts; what it cannot honour is refused in one line before decoding. Random tiny
 models built in-process, eager on the CPU."""
-import math
 import types
 
 import pytest
@@ -13,7 +12,7 @@ from fairseq.modules import MultiheadAttention
 from fairseq_sparse.fixed_shape_search import FixedShapeSequenceGenerator, StaticCacheSelfAttention, StepGraphs
 from fairseq_sparse.modules.head_gates import attention_modules, prune_heads
 from fairseq_sparse.tasks.translation_fixed_shape import TranslationFixedShapeConfig, TranslationFixedShapeTask
-from test_shared_memory import build, generation_args, sources
+from helpers.models import build, generation_args, sources
 
 #: scores agree to float rounding: fairseq drops finished sentences from the batch, which changes the shapes its
 #: matrix products run at (bit-identical on this machine so far; the tolerance is what is promised)
@@ -192,7 +191,7 @@ def test_cuda_graphs_give_fairseqs_hypotheses_and_replay_for_a_new_batch(name):
             gen = task.build_generator([model], generation_args(["--max-len-b", "15"] + flags))
             with torch.no_grad():
                 out = [gen.generate([model], sample) for _ in range(2)]  # the second call replays
-            assert len(gen.graphs.graphs) >= 1, "nothing was captured"
+            assert gen.graphs is not None and len(gen.graphs.graphs) >= 1, "nothing was captured"
             ref = decode(model, d, sample, flags, fixed=False)
             for o in out:
                 assert_same(utils.move_to_cpu(o), utils.move_to_cpu(ref))
@@ -317,3 +316,22 @@ def test_sources_padded_to_a_bucket_give_fairseqs_hypotheses_and_share_a_graph(n
                 assert_same(gen.generate([model], sample), ref)
     if name == "transformer":
         assert gen.graphs.captures == 1, "12 and 14 tokens, padded to 16, left and right: one shape"
+
+
+def test_a_graph_that_cannot_be_captured_leaves_eager_steps_with_a_warning(caplog):
+    """Where a capture fails (an operation CUDA graphs refuse), the batch is decoded anew with eager steps, the
+    generator stays eager from then on, and the log says why; the hypotheses are fairseq's either way."""
+
+    class Failing(EagerGraphs):
+        def _capture(self, generator, run):
+            raise RuntimeError("operation not permitted when stream is capturing")
+
+    model, d = build("transformer")
+    gen = FixedShapeSequenceGenerator([model], d, beam_size=4, max_len_b=15, step_form="fixed")
+    gen.graphs = Failing()
+    sample = sources(d)
+    with caplog.at_level("WARNING"), torch.no_grad():
+        out = gen.generate([model], sample)
+    assert gen.graphs is None
+    assert any("could not be captured" in r.getMessage() and "not permitted" in r.getMessage() for r in caplog.records)
+    assert_same(out, decode(model, d, sample, ["--beam", "4"], fixed=False))

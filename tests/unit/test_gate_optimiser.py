@@ -18,8 +18,7 @@ from fairseq_sparse.modules.hard_concrete import HardConcrete
 from fairseq_sparse.modules.head_gates import HeadGates
 from fairseq_sparse.modules.l0drop import L0Drop
 from fairseq_sparse.optim.adam_sparsity import GROUP_FLAG, FairseqAdamSparsity
-
-LR, SPARSITY_LR, WD = 1e-3, 0.05, 0.01
+from helpers.optim import LR, SPARSITY_LR, WD, by_id
 
 
 def adam_cfg(**overrides):
@@ -46,10 +45,6 @@ class Toy(nn.Module):
     def gates(self):
         return [self.l0drop.log_alpha_proj.weight, self.l0drop.log_alpha_proj.bias, self.heads.log_alpha,
                 self.multiplier]
-
-
-def by_id(params):
-    return [id(p) for p in params]
 
 
 def test_sparsity_modules_mark_their_parameters():

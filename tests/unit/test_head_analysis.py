@@ -12,7 +12,7 @@ import fairseq_sparse  # noqa: F401  (registers the plugin and fairseq's checkpo
 from fairseq_sparse.analysis import alignment
 from fairseq_sparse.analysis import heads as ha
 from fairseq_sparse.analysis.plotting import head_heatmap
-SETTINGS = types.SimpleNamespace(positional_threshold=0.9, syntactic_margin=0.10, rare_threshold=0.5, rare_margin=0.10)
+from helpers.analysis import SETTINGS
 
 
 def attention_with_argmax(argmax, n_keys, peak=0.6):

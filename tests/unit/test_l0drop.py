@@ -13,6 +13,7 @@ from fairseq_sparse.modules.count_attention import CountAwareAttention
 from fairseq_sparse.modules.hard_concrete import HardConcrete
 from fairseq_sparse.modules.l0drop import L0Drop, compress, expand_attention
 from fairseq_sparse.modules.sparsity import collect_sparsity_terms
+from helpers.models import build_l0drop_model, mixed_length_batch
 
 LN11 = math.log(11.0)
 C = 16
@@ -323,27 +324,6 @@ def test_incremental_shared_memory_with_reorder(dropped_as):
 # --- --l0drop-between-layers: how the gated layers' penalties combine ---
 
 
-def build_l0drop_model(*extra):
-    """transformer_l0drop as fairseq-train builds it (parser, architecture preset, task.build_model)."""
-    from fairseq import options
-    from fairseq.data import Dictionary
-    from fairseq.tasks.translation import TranslationConfig, TranslationTask
-
-    from conftest import USER_DIR
-
-    d = Dictionary()
-    for k in range(20):
-        d.add_symbol(f"w{k}")
-    d.finalize(padding_factor=1)
-    args = options.parse_args_and_arch(options.get_training_parser(), [
-        "unused-data-dir", "--user-dir", USER_DIR, "--task", "translation", "--arch", "transformer_l0drop",
-        "--encoder-layers", "3", "--decoder-layers", "1", "--encoder-embed-dim", "16", "--decoder-embed-dim", "16",
-        "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2",
-        "--decoder-attention-heads", "2", "--share-all-embeddings", "--l0drop-init-bias", "0"] + list(extra))
-    torch.manual_seed(0)
-    return TranslationTask(TranslationConfig(), d, d).build_model(args), args
-
-
 def l0drop_penalties(model, seed=0):
     """{module name: recorded penalty} of one training forward pass on a fixed batch."""
 
@@ -393,17 +373,6 @@ def test_layer_penalty_option_filled_in_and_checked():
 
 
 # --- --l0drop-between-layers in evaluation: the compacted encoder equals the gated one ---
-
-
-def mixed_length_batch(seed=3):
-    """Six left-padded sources of lengths 1 (EOS only) to 12, tokens of the 20-word dictionary."""
-    g = torch.Generator().manual_seed(seed)
-    lengths = [12, 9, 1, 7, 12, 4]
-    src = torch.full((len(lengths), max(lengths)), 1)  # pad = 1
-    for i, n in enumerate(lengths):
-        src[i, -n:] = torch.randint(4, 24, (n,), generator=g)
-        src[i, -1] = 2  # eos
-    return src, torch.tensor(lengths)
 
 
 def encoder_rows_seen(model, src, lengths):

@@ -9,7 +9,7 @@ import torch
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from fairseq_sparse import export
-from test_l0drop import build_l0drop_model, mixed_length_batch
+from helpers.models import build_l0drop_model, mixed_length_batch
 
 GROUP = ["--encoder-output-pattern", "group", "--encoder-output-pattern-every", "2"]
 FREQ = ["--encoder-output-pattern", "freq", "--encoder-output-pattern-top-k", "6"]
@@ -78,7 +78,7 @@ def test_scripted_beam_search_gives_the_eager_hypotheses(dropped_as, between, pr
 def test_scripted_without_beam_attention_gives_the_same_hypotheses(arch):
     """``beam_attention=False`` (fairseq-sparse-export --no-attention), on fairseq's own decoder and the L0Drop
     one with pruned decoding: the same tokens and scores bit for bit, an empty attention in every hypothesis."""
-    from test_shared_memory import build
+    from helpers.models import build
 
     from fairseq_sparse.modules.beam_attention import BeamAttentionOption
 

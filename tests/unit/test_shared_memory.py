@@ -9,43 +9,7 @@ import pytest
 import torch
 
 from fairseq_sparse.modules.shared_memory import SharedMemoryAttention, share_encoder_memory, why_not_shareable
-
-VOCAB = 24
-
-
-def parse(arch, extra):
-    from fairseq import options
-
-    from conftest import USER_DIR
-
-    return options.parse_args_and_arch(options.get_training_parser(), [
-        "unused-data-dir", "--user-dir", USER_DIR, "--task", "translation", "--arch", arch,
-        "--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "16", "--decoder-embed-dim", "16",
-        "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2",
-        "--decoder-attention-heads", "2", "--share-all-embeddings"] + list(extra))
-
-
-def dictionary():
-    from fairseq.data import Dictionary
-
-    d = Dictionary()
-    for k in range(VOCAB - 4):
-        d.add_symbol(f"w{k}")
-    d.finalize(padding_factor=1)
-    return d
-
-
-def build(arch="transformer", *extra, seed=0, eos_scale=2.5):
-    """A model as fairseq-train builds it (parser, architecture preset, task.build_model), random weights; EOS's
-    output embedding scaled up so that sentences end at different steps."""
-    from fairseq.tasks.translation import TranslationConfig, TranslationTask
-
-    d = dictionary()
-    torch.manual_seed(seed)
-    model = TranslationTask(TranslationConfig(), d, d).build_model(parse(arch, extra)).eval()
-    with torch.no_grad():
-        model.decoder.output_projection.weight[d.eos()] *= eos_scale
-    return model, d
+from helpers.models import assert_identical, build, dictionary, generation_args, memory_rows_seen, parse, sources
 
 
 def switched(model):
@@ -59,24 +23,6 @@ def switched(model):
     return shared, task
 
 
-def sources(d, lengths=(9, 3, 6, 1, 12, 5, 2), seed=0):
-    """A left-padded batch (as fairseq's translation task makes them) of the given lengths, EOS included."""
-    g = torch.Generator().manual_seed(seed)
-    src = torch.full((len(lengths), max(lengths)), d.pad())
-    for i, n in enumerate(lengths):
-        src[i, src.size(1) - n:] = torch.randint(d.nspecial, len(d), (n,), generator=g)
-        src[i, -1] = d.eos()
-    return {"id": torch.arange(len(lengths)),
-            "net_input": {"src_tokens": src, "src_lengths": torch.tensor(lengths)}}
-
-
-def generation_args(flags):
-    """fairseq-generate's generation options, parsed from its own parser."""
-    from fairseq import options
-
-    return options.parse_args_and_arch(options.get_generation_parser(), ["unused-data-dir"] + flags)
-
-
 def generate(models, d, sample, flags=(), task=None, lm=None, seed=0, prefix_tokens=None):
     """fairseq-generate's generator for ``flags`` (the task's build_generator), run once on ``sample``."""
     from fairseq.tasks.translation import TranslationConfig, TranslationTask
@@ -87,27 +33,6 @@ def generate(models, d, sample, flags=(), task=None, lm=None, seed=0, prefix_tok
     torch.manual_seed(seed)  # sampling
     with torch.no_grad():
         return gen.generate(models, sample, prefix_tokens=prefix_tokens)
-
-
-def assert_identical(out, ref):
-    assert len(out) == len(ref)
-    for hs, rs in zip(out, ref):
-        assert len(hs) == len(rs)
-        for h, r in zip(hs, rs):
-            assert torch.equal(h["tokens"], r["tokens"])
-            assert torch.equal(h["score"], r["score"]), (h["score"], r["score"])
-            assert torch.equal(h["positional_scores"], r["positional_scores"])
-            for key in ("attention", "alignment"):  # alignment: pairs (hard) or one tensor per token (soft)
-                assert same(h.get(key), r.get(key)), key
-
-
-def same(a, b) -> bool:
-    """Bit for bit: tensors, numbers and lists or tuples of them."""
-    if isinstance(a, torch.Tensor):
-        return isinstance(b, torch.Tensor) and torch.equal(a, b)
-    if isinstance(a, (list, tuple)):
-        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    return a == b
 
 
 @pytest.fixture(scope="module")
@@ -187,19 +112,6 @@ def test_language_model_fusion_is_bit_identical(pair):
     lm = LanguageModelingTask(lm_args, d, d).build_model(lm_args).eval()
     sample = sources(d)
     assert_identical(generate([shared], d, sample, task=task, lm=lm), generate([model], d, sample, lm=lm))
-
-
-def memory_rows_seen(model):
-    """Record the rows of the encoder output the decoder is handed, call by call."""
-    rows = []
-    forward = model.decoder.forward
-
-    def recording(prev_output_tokens, encoder_out=None, **kw):
-        rows.append((prev_output_tokens.size(0), encoder_out["encoder_out"][0].size(1)))
-        return forward(prev_output_tokens, encoder_out=encoder_out, **kw)
-
-    model.decoder.forward = recording
-    return rows
 
 
 def test_the_memory_keeps_one_row_per_sentence(pair):

@@ -26,7 +26,7 @@ from fairseq_sparse.modules.decoder_layer import (
     check_decoder_layout_args,
     decoder_blocks,
 )
-from test_attention_normalisers import rescore
+from helpers.models import rescore
 
 D, F, H = 16, 32, 4  # model width, FFN width, heads of the unit-test layers
 T, B, S = 5, 3, 6  # target length, batch, source length

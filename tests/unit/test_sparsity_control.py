@@ -248,7 +248,7 @@ def test_controller_steers_the_test_time_share(between):
     """With dropout, the training pass's g_hat share differs from what decoding prunes; the controller steers
     the latter: the criterion runs the encoder again in eval mode and its count is what the multipliers see
     (logged as l0drop_test_time_sparsity), while every module keeps its training mode."""
-    from test_l0drop import build_l0drop_model
+    from helpers.models import build_l0drop_model
 
     from fairseq_sparse.modules.l0drop import L0Drop
 
