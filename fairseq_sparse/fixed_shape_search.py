@@ -360,14 +360,24 @@ class FixedShapeSequenceGenerator(SequenceGenerator):
                 static = static + stack.enter_context(step_positions(decoders, max_len + 1))
                 stack.enter_context(decoder_flag(decoders, "cross_self_attention", True))
             run = Run(beams, encoder_outs, incremental_states, static, fixed, decoders)
+            failure = None
             for step in range(max_len + 1):
                 if captured and step > 0:
-                    self.graphs.step(self, run)
+                    try:
+                        self.graphs.step(self, run)
+                    except Exception as e:  # noqa: BLE001  (whatever a capture raises: the batch is decoded anew)
+                        failure = e
+                        break
                 else:
                     self._step(run, step)
                 if (step + 1) % self.stop_every == 0 and bool(run.beams.done.all()):
                     break
-            return run.beams.hypotheses()
+            if failure is None:
+                return run.beams.hypotheses()
+        logger.warning("fixed-shape search: a CUDA graph could not be captured or replayed (%s: %s); this generator "
+                       "decodes with eager steps from now on", type(failure).__name__, failure)
+        self.graphs = None
+        return self._generate(sample, prefix_tokens, constraints, bos_token)
 
     def _step(self, run: Run, step: int):
         """One beam step at ``run.beams.step``, every step-dependent quantity from that tensor, every update in place
