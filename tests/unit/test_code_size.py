@@ -7,8 +7,8 @@ import os
 import pytest
 
 from conftest import REPO
+from helpers.source import package_files, parsed
 
-PACKAGE = "fairseq_sparse"
 LIMITS = {"function": 60, "class": 200}
 #: (file, qualified name): lines today. Each is a known knot (issue 44): split it, then drop it from here.
 ALLOWED = {
@@ -32,16 +32,10 @@ def definitions(tree, prefix=""):
 def package_sizes():
     """{(file relative to the repository, qualified name): (kind, lines)} of the whole package."""
     out = {}
-    for root, dirs, files in os.walk(os.path.join(REPO, PACKAGE)):
-        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "__")))
-        for f in sorted(files):
-            if f.endswith(".py"):
-                path = os.path.join(root, f)
-                with open(path, encoding="utf-8") as fh:
-                    tree = ast.parse(fh.read())
-                rel = os.path.relpath(path, REPO).replace(os.sep, "/")
-                for name, kind, lines in definitions(tree):
-                    out[(rel, name)] = (kind, lines)
+    for path in package_files():
+        rel = os.path.relpath(path, REPO).replace(os.sep, "/")
+        for name, kind, lines in definitions(parsed(path)):
+            out[(rel, name)] = (kind, lines)
     return out
 
 

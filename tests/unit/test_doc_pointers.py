@@ -9,8 +9,8 @@ import re
 import pytest
 
 from conftest import REPO
+from helpers.source import package_files, parsed
 
-PACKAGE = os.path.join(REPO, "fairseq_sparse")
 POINTER = re.compile(r"(?<![\w/.-])((?:(?:docs|reports)/[\w./-]+|README)\.md)(?:#([\w-]+))?")
 SECTION = re.compile(r"(?<![\w/.-])(README|docs/[\w./-]+\.md)(?:\.md)?,? '([^']+)'")
 HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
@@ -46,16 +46,10 @@ def anchors(text):
 
 def package_strings():
     """(file:line, text) of every string constant in the package, f-strings' literal parts and docstrings too."""
-    for root, dirs, files in os.walk(PACKAGE):
-        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "__")))
-        for f in sorted(files):
-            if f.endswith(".py"):
-                path = os.path.join(root, f)
-                with open(path, encoding="utf-8") as fh:
-                    tree = ast.parse(fh.read())
-                for node in ast.walk(tree):
-                    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-                        yield f"{os.path.relpath(path, REPO)}:{node.lineno}", node.value
+    for path in package_files():
+        for node in ast.walk(parsed(path)):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                yield f"{os.path.relpath(path, REPO)}:{node.lineno}", node.value
 
 
 def pointer_problems(where, text, read):

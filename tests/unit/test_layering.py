@@ -15,8 +15,8 @@ import os
 import pytest
 
 from conftest import REPO
+from helpers.source import PACKAGE, package_files
 
-PACKAGE = "fairseq_sparse"
 CORE = ("modules", "models", "criterions", "optim", "tasks")
 
 
@@ -82,12 +82,8 @@ def violations(name, targets):
 
 
 def package_modules():
-    for root, dirs, files in os.walk(os.path.join(REPO, PACKAGE)):
-        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "__")))
-        for f in sorted(files):
-            if f.endswith(".py"):
-                path = os.path.join(root, f)
-                yield module_name(path), path, f == "__init__.py"
+    for path in package_files():
+        yield module_name(path), path, os.path.basename(path) == "__init__.py"
 
 
 def test_layers_point_one_way():
