@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""README's status table ("Where it stands") generated from the studies' results: each row names its reports, and
+every number in it is read from a report's results.json by a format field (``{x256[summary][baseline_bleu]:.1f}``:
+the report named x256, its JSON's summary.baseline_bleu); the words are the row's own. A study changes README by
+changing its JSON, or a row here when a status changes; tests/unit/test_reports.py fails while README's table is not
+what this prints.
+
+    python3 scripts/status_table.py           # prints the table
+    python3 scripts/status_table.py --write   # puts it into README.md
+"""
+import json
+import os
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HEADER = "| method | goal | best measured | met? | where |\n|---|---|---|---|---|"
+#: method, goal, measured (a format string over the row's reports), met, where (links), reports ({name: folder})
+ROWS = [
+    ("head gates, all three types, half the heads", "within 0.5 BLEU",
+     "**{r[headline][gap_bleu_2000_mean]:.2f}** BLEU (mean of 2 seeds; 3+3 x 128, CPU, 2,000 updates)", "yes",
+     "[report]({r})", {"r": "2026-11-26-head-gates-two-seeds"}),
+    ("L0Drop, 40-50% of source states", "within 0.5 BLEU",
+     "{x128[headline][gap_bleu_1800_mean]:.2f} (2 seeds; x128, 13-BLEU baselines, 1,800 updates); "
+     "**{x256[summary][mean_gap_after_1000_updates][l0drop][gap]:.2f}** from GPU-trained x256 baselines "
+     "({x256[summary][baseline_bleu]:.1f} BLEU, not converged; 1,000 updates; H200)", "no",
+     "[report]({x256}), [x128]({x128})",
+     {"x256": "2026-11-27-l0drop-gpu-ddtp-x256", "x128": "2026-11-26-gpu-checks-h200"}),
+    ("composed (simplified decoder + L0Drop 10% + half the heads)", "2x stock at 400 tokens, within 1 BLEU",
+     "**{r[headline][speed_vs_stock_400_seed1]:.2f}x** / **{r[headline][speed_vs_stock_400_seed2]:.2f}x** (CPU, one "
+     "thread); **{r[headline][gap_bleu_2000_mean]:.2f}** BLEU (2 seeds, 2,000 updates)", "speed yes, quality no",
+     "[report]({r})", {"r": "2026-11-27-composed-mild-target"}),
+    ("L0Drop on summarisation (multi-document)", "70% pruned within 0.5 ROUGE-L, 1.65x faster",
+     "**{r[headline][pruned_multidoc_test_target05_600_pct]:.1f}**% pruned, **{r[headline][rougeL_gap_target05_600]:.2f}"
+     "** ROUGE-L (p 0.20), **{r[headline][speed_pruned_vs_unpruned_1000_target05_after_b362a6b]:.2f}x** (one seed, "
+     "weak degenerate summarisers)", "no", "[report]({r})", {"r": "2026-11-26-summarisation-ddtp-multidoc"}),
+    ("pruned decoding (Algorithm 1)", "identical to the full memory",
+     "identical hypotheses on every test sentence, CPU and GPU (fp32)", "yes", "[l0drop.md](docs/l0drop.md)", {}),
+    ("int8 TorchScript artefact of the composed model", "faster than CTranslate2 int8",
+     "**{r[headline][composed_int8_ts_vs_stock_400]:.2f}x** / **{r[headline][composed_int8_ts_vs_stock_800]:.2f}x** "
+     "stock at 400 / 800 tokens against **{r[headline][ct2_int8_vs_stock_400]:.2f}x** / "
+     "**{r[headline][ct2_int8_vs_stock_800]:.2f}x** (random weights, CPU)", "yes", "[report]({r})",
+     {"r": "2026-11-25-speed-int8-artefacts"}),
+    ("decoding on a GPU", "pruning saves time",
+     "host-bound: 6 ms a step whatever the source; pruned **{r[headline][l0drop_pruned_vs_stock_400]:.2f}x** stock "
+     "(saves memory, not time)", "no", "[report]({r})", {"r": "2026-11-26-gpu-checks-h100"}),
+    ("fixed-shape beam search, CUDA graphs", "3x fairseq-generate on a GPU (batch 64, 400 tokens, fp16)",
+     "built and exact; on the CPU **{r[results][3][searches][fixed_shape][speedup_paired]:.2f}x** (stock, batch "
+     "{r[results][3][batch]}, {r[results][3][length]} tokens) and parity elsewhere; GPU not measured yet", "not yet",
+     "[report]({r})", {"r": "2026-11-27-fixed-shape-search-cpu"}),
+]
+
+
+def load(folder):
+    with open(os.path.join(REPO, "reports", folder, "results.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def table() -> str:
+    """The table, header included, one line per row."""
+    lines = [HEADER]
+    for method, goal, measured, met, where, reports in ROWS:
+        data = {name: load(folder) for name, folder in reports.items()}
+        links = {name: f"reports/{folder}/README.md" for name, folder in reports.items()}
+        lines.append(f"| {method} | {goal} | {measured.format(**data)} | {met} | {where.format(**links)} |")
+    return "\n".join(lines)
+
+
+def readme_table(text: str) -> str:
+    """The status table as README holds it (the lines from its header to the first line that is not a row)."""
+    lines = text[text.index(HEADER):].split("\n")
+    n = next((i for i, line in enumerate(lines) if not line.startswith("|")), len(lines))
+    return "\n".join(lines[:n])
+
+
+def main(argv):
+    new = table()
+    if argv[1:] == ["--write"]:
+        path = os.path.join(REPO, "README.md")
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        text = text.replace(readme_table(text), new)
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(path + ".tmp", path)
+    elif argv[1:]:
+        sys.exit(f"usage: {argv[0]} [--write]")
+    else:
+        print(new)
+
+
+if __name__ == "__main__":
+    main(sys.argv)
