@@ -156,7 +156,6 @@ class Beams:
         for name in ("scores", "cumulative", "fin_pos", "fin_score"):
             setattr(self, name, getattr(self, name).type_as(lprobs))
 
-
     def hypotheses(self):
         """SequenceGenerator's output: per sentence its finished hypotheses, best first (sorted as fairseq sorts
         them), each a dict of tokens, score, positional scores and (empty) attention and alignment."""
