@@ -1,0 +1,28 @@
+"""Smoke test of benchmarks/fixed_shape_search.py on a tiny random model: it runs both searches on both models,
+prints the table, writes consistent JSON and exits 0 only with the same hypotheses. No timing assertions."""
+import json
+import os
+import subprocess
+import sys
+
+from conftest import REPO
+
+SCRIPT = os.path.join(REPO, "benchmarks", "fixed_shape_search.py")
+
+
+def test_fixed_shape_search_benchmark_smoke(tmp_path):
+    out_json = tmp_path / "fs.json"
+    cmd = [sys.executable, SCRIPT, "--layers", "1", "--dim", "32", "--heads", "2", "--ffn", "64", "--vocab", "60",
+           "--batch-sizes", "1,3", "--lengths", "12", "--out-len", "6", "--repeats", "2", "--threads", "1",
+           "--clock", "cpu", "--json", str(out_json)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "fixed-shape search against fairseq's SequenceGenerator" in proc.stdout and "noise:" in proc.stdout
+    res = json.loads(out_json.read_text())
+    assert [(r["model"], r["batch"], r["length"]) for r in res["results"]] == [
+        ("stock", 1, 12), ("stock", 3, 12), ("l0drop", 1, 12), ("l0drop", 3, 12)]
+    for r in res["results"]:
+        assert set(r["searches"]) == {"fairseq", "fixed_shape"}  # the eager form is timed apart on CUDA only
+        for x in r["searches"].values():
+            assert x["same_hypotheses"] and x["ms_per_step"] > 0 and len(x["times"]["times_s"]) == 2
+        assert r["searches"]["fairseq"]["speedup_paired"] == 1.0
