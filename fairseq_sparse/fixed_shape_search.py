@@ -128,6 +128,28 @@ def padded_to_bucket(net_input, bucket: int, pad: int):
     return dict(net_input, src_tokens=torch.cat([src, padding] if right else [padding, src], dim=1))
 
 
+#: the fields of L0Drop's compressed memory that run along its length T' (the memory itself is T' x B x C), and what
+#: a padded position holds: masked, so it gets no attention weight whatever its count
+MEMORY_FIELDS = {"encoder_padding_mask": True, "l0drop_log_count": 0.0, "l0drop_kept_index": 0}
+
+
+def memory_padded_to_bucket(out, bucket: int):
+    """An encoder output whose memory has one row per sentence and a length of its own (L0Drop's compressed memory:
+    1 + the most states a sentence keeps) padded to a multiple of ``bucket`` rows, masked, so that batches of nearby
+    kept lengths share a graph; the hypotheses are the same (to float rounding). Any other output as it is."""
+    if not all(out.get(k) for k in ("encoder_out", *MEMORY_FIELDS)):
+        return out
+    memory = out["encoder_out"][0]
+    extra = int(-memory.size(0) % bucket)
+    if extra == 0:
+        return out
+    padded = dict(out, encoder_out=[torch.cat([memory, memory.new_zeros(extra, *memory.shape[1:])])])
+    for name, value in MEMORY_FIELDS.items():
+        field = out[name][0]
+        padded[name] = [torch.cat([field, field.new_full((field.size(0), extra), value)], dim=1)]
+    return padded
+
+
 class Beams:
     """The tensors of one batch's search, allocated once (a replayed step updates them in place): the step, the
     hypotheses' tokens and scores, and the finished hypotheses (``beam`` slots per sentence and a spare one)."""
@@ -274,8 +296,9 @@ class FixedShapeSequenceGenerator(SequenceGenerator):
     """fairseq's SequenceGenerator with a fixed-shape ``_generate`` (module docstring). ``stop_every``: the steps
     between two host reads of whether every sentence is finished (finished sentences are frozen meanwhile, so the
     result does not depend on it). ``step_form``: one of :data:`STEP_FORMS`. ``max_graphs``: CUDA graphs kept.
-    ``source_bucket``: where steps are captured, sources are padded to a multiple of this many tokens, so that
-    batches of nearby lengths share a graph (:func:`padded_to_bucket`)."""
+    ``source_bucket``: where steps are captured, sources (and L0Drop's compressed memories) are padded to a multiple
+    of this many tokens, so that batches of nearby lengths share a graph (:func:`padded_to_bucket`,
+    :func:`memory_padded_to_bucket`)."""
 
     def __init__(self, *args, stop_every: int = 4, step_form: str = "auto", max_graphs: int = 4,
                  source_bucket: int = 16, **kwargs):
@@ -353,6 +376,8 @@ class FixedShapeSequenceGenerator(SequenceGenerator):
                 # is shared by the beams of a sentence, not expanded either)
                 encoder_outs = [out if one else model.encoder.reorder_encoder_out(out, rows)
                                 for model, out, one in zip(self.model.models, encoder_outs, shared)]
+                if captured:
+                    encoder_outs = [memory_padded_to_bucket(out, self.source_bucket) for out in encoder_outs]
             static = stack.enter_context(static_self_attention(decoders, incremental_states, rows.numel(),
                                                                max_len + 1, zeroed=fixed))
             if fixed:

@@ -297,9 +297,9 @@ def test_an_ensemble_gives_fairseqs_hypotheses(form):
 
 @pytest.mark.parametrize("name", ["transformer", "l0drop, pruned decoding", "head-pruned, other head counts per layer"])
 def test_sources_padded_to_a_bucket_give_fairseqs_hypotheses_and_share_a_graph(name):
-    """Where steps are captured, sources are padded (masked) to a multiple of the bucket: batches of 12 and 14
-    tokens decode through one graph (stock; L0Drop's memory length still depends on the batch), and every batch
-    gives fairseq's hypotheses on its unpadded sources, left- and right-padded alike."""
+    """Where steps are captured, sources and L0Drop's compressed memories are padded (masked) to a multiple of the
+    bucket: batches of 12 and 14 tokens decode through one graph, and every batch gives fairseq's hypotheses on its
+    unpadded sources, left- and right-padded alike."""
     model, d = built(name, 2.5)
     gen = FixedShapeSequenceGenerator([model], d, beam_size=4, max_len_b=15, step_form="fixed", source_bucket=8)
     gen.graphs = EagerGraphs(size=4)
@@ -314,8 +314,7 @@ def test_sources_padded_to_a_bucket_give_fairseqs_hypotheses_and_share_a_graph(n
             ref = decode(model, d, sample, ["--beam", "4"], fixed=False)
             with torch.no_grad():
                 assert_same(gen.generate([model], sample), ref)
-    if name == "transformer":
-        assert gen.graphs.captures == 1, "12 and 14 tokens, padded to 16, left and right: one shape"
+    assert gen.graphs.captures == 1, "12 and 14 tokens (and L0Drop's kept lengths), padded to 16: one shape"
 
 
 def test_a_graph_that_cannot_be_captured_leaves_eager_steps_with_a_warning(caplog):
