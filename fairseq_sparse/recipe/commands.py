@@ -30,7 +30,8 @@ def model_flags(layers, embed_dim, ffn_dim, heads, dropout=None):
 
 
 def recipe_model_flags(a):
-    return model_flags(a.layers, a.embed_dim, a.ffn_dim, a.heads, a.dropout)
+    norm = ["--encoder-normalize-before", "--decoder-normalize-before"] if getattr(a, "pre_norm", False) else []
+    return model_flags(a.layers, a.embed_dim, a.ffn_dim, a.heads, a.dropout) + norm
 
 
 def position_flags(a):

@@ -85,13 +85,20 @@ def _data(p):
                         "alignment error rate of the encoder-decoder attention")
 
 
-def _model_and_budget(p):
+def _model(p):
     g = p.add_argument_group("model (stock transformer; every method keeps these sizes)")
     g.add_argument("--layers", type=int, default=3, help="encoder and decoder layers")
     g.add_argument("--embed-dim", type=int, default=128)
     g.add_argument("--ffn-dim", type=int, default=512)
     g.add_argument("--heads", type=int, default=4, help="attention heads per layer")
     g.add_argument("--dropout", type=float, default=0.1)
+    g.add_argument("--pre-norm", action="store_true",
+                   help="LayerNorm before each sub-layer in the encoder and the decoder (fairseq's "
+                        "--encoder-normalize-before --decoder-normalize-before; default: post-norm, fairseq's "
+                        "transformer), for larger models on short warm-ups")
+
+
+def _budget(p):
     g = p.add_argument_group("budgets")
     g.add_argument("--max-tokens", type=int, default=None,
                    help="tokens per training batch (default: 4096 on the CPU, 16384 on CUDA)")
@@ -227,7 +234,7 @@ def get_parser():
 
     p = argparse.ArgumentParser(prog="fairseq-sparse-recipe", description=doc.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    for group in (_general, _data, _model_and_budget, _decoding, _methods):
+    for group in (_general, _data, _model, _budget, _decoding, _methods):
         group(p)
     # the models' positions: fairseq's default until the prepared data is read (lengths.fit)
     p.set_defaults(max_source_positions=DEFAULT_POSITIONS, max_target_positions=DEFAULT_POSITIONS)

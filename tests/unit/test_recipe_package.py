@@ -194,6 +194,15 @@ def test_model_flags_are_the_recipe_sizes():
     assert flags[flags.index("--encoder-layers") + 1] == "2" and flags[flags.index("--decoder-ffn-embed-dim") + 1] == "96"
 
 
+def test_pre_norm_reaches_the_baseline_and_every_fine_tuning_alike():
+    norm = ["--encoder-normalize-before", "--decoder-normalize-before"]
+    a = options("--pre-norm")
+    commands_of = [commands.train_from_scratch(a, "bin", methods.BY_NAME["baseline"])] + [
+        commands.finetune(a, "bin", methods.BY_NAME[name]) for name in ("control", "l0drop")]
+    assert all(all(flag in cmd for flag in norm) for cmd in commands_of)
+    assert not any(flag in commands.train_from_scratch(options(), "bin", methods.BY_NAME["baseline"]) for flag in norm)
+
+
 def test_progress_lines_are_read_from_fairseqs_json_log():
     train = '2026-11-24 10:00:00 | INFO | train_inner | {"epoch": 2, "update": 1.5, "loss": "5.1", "num_updates": "50", "wall": "12"}'
     valid = '2026-11-24 10:00:00 | INFO | valid | {"epoch": 2, "valid_loss": "4.9", "valid_bleu": "3.1", "valid_num_updates": "80"}'
