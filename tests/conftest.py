@@ -58,9 +58,10 @@ def pytest_configure(config):
 # The costliest test files run first, the rest in collection order: scripts/test.sh hands out whole files to the
 # pytest-xdist workers in this order (--no-loadscope-reorder: pytest-xdist 3.x otherwise hands out the files
 # with the most tests first, and the end-to-end recipe, one test of 328 s of CPU time, went last and kept one worker
-# busy alone). CPU seconds per file, TEST_CPU_LOG run of 2026-11-26: 328, 322, 301 (test_cli builds the shared
-# stock and L0Drop checkpoints; the unit tests, which need none, come next on the other worker).
-FIRST = [os.path.join("e2e", name) for name in ("test_recipe.py", "test_recipe_variants.py", "test_cli.py")]
+# busy alone). CPU seconds per file, TEST_CPU_LOG run of 2026-11-27: 228, 197, 194, 154 (test_cli builds the
+# shared stock and L0Drop checkpoints; the unit tests, which need none, come next on the other worker).
+FIRST = [os.path.join("e2e", name) for name in ("test_recipe_variants.py", "test_cli.py", "test_recipe.py",
+                                                "test_gpu_study.py")]
 
 
 def run_order(item) -> int:
