@@ -41,7 +41,7 @@ from .modules.attention_normalisers import NormalisedAttention
 from .modules.count_attention import CountAwareAttention
 from .modules.head_gates import HeadlessAttention
 from .modules.shared_memory import SharedMemoryAttention, TransformerEncoderBase
-from .modules.static_cache import StaticCacheSelfAttention, static_self_attention, step_positions, \
+from .modules.static_cache import StaticCacheSelfAttention, cacheable, static_self_attention, step_positions, \
     why_no_step_positions
 
 logger = logging.getLogger(__name__)
@@ -154,7 +154,7 @@ class Beams:
     """The tensors of one batch's search, allocated once (a replayed step updates them in place): the step, the
     hypotheses' tokens and scores, and the finished hypotheses (``beam`` slots per sentence and a spare one)."""
 
-    def __init__(self, bsz: int, beam: int, max_len: int, first_token: int, pad: int, device):
+    def __init__(self, bsz: int, beam: int, max_len: int, first_token: int, pad: int, eos: int, vocab: int, device):
         rows = bsz * beam
         self.bsz, self.beam, self.max_len = bsz, beam, max_len
         self.step = torch.zeros(1, dtype=torch.long, device=device)
@@ -172,6 +172,7 @@ class Beams:
         self.offsets = (torch.arange(bsz, device=device) * beam).unsqueeze(1)
         self.slot_offsets = (torch.arange(bsz, device=device) * (beam + 1)).unsqueeze(1)
         self.cand_offsets = torch.arange(2 * beam, device=device)
+        self.not_eos = torch.arange(vocab, device=device).ne(eos)  # the columns the last step closes
 
     def scores_as(self, lprobs: Tensor):
         """Scores in the precision of the model's log-probabilities (fairseq's ``scores.type_as(lprobs)``)."""
@@ -198,11 +199,10 @@ class Run:
     form of the step. A step reads only these (and the models' parameters), so a CUDA graph captured on one run
     replays another once that run's tensors are copied in."""
 
-    def __init__(self, beams: Beams, encoder_outs, incremental_states, static, fixed: bool, decoders):
+    def __init__(self, beams: Beams, encoder_outs, incremental_states, static, fixed: bool, movers):
         self.beams, self.encoder_outs, self.incremental_states = beams, encoder_outs, incremental_states
         self.static, self.fixed = static, fixed
-        #: per decoder, its modules with state per hypothesis (:func:`moves_with_the_beam`)
-        self.movers = [[m for m in d.modules() if moves_with_the_beam(m)] for d in decoders]
+        self.movers = movers  #: per decoder, its modules with state per hypothesis (:func:`moves_with_the_beam`)
         self.graph = None  # the CUDA graph that steps this run, once found or captured
 
     def length(self, step: int) -> int:
@@ -313,6 +313,9 @@ class FixedShapeSequenceGenerator(SequenceGenerator):
         self.graphs = StepGraphs(max_graphs) if max_graphs > 0 else None
         self.source_bucket = max(1, int(source_bucket))
         self._told = set()
+        # per decoder, its modules with state per hypothesis (:func:`moves_with_the_beam`): the models are fixed
+        self.movers = [[m for m in model.decoder.modules() if moves_with_the_beam(m)]
+                       for model in self.model.models] if self.model.has_incremental_states() else []
 
     def why_not_fixed(self, decoders, capacity: int) -> Optional[str]:
         """None if the fixed form of the step (and a CUDA graph of it) can run these decoders, else why not."""
@@ -322,14 +325,14 @@ class FixedShapeSequenceGenerator(SequenceGenerator):
             return "--no-repeat-ngram-size reads the tokens on the host"
         if self.token_indices_to_suppress is not None:
             return "the symbols to strip are a host tensor"
-        for decoder in decoders:
+        for decoder, movers in zip(decoders, self.movers):
             if not hasattr(decoder, "cross_self_attention"):
                 return f"its decoder ({type(decoder).__name__}) is not fairseq's transformer decoder"
             reason = why_no_step_positions(decoder, capacity)
             if reason:
                 return reason
-            for module in decoder.modules():  # the preallocated self-attention buffers are updated in place
-                if moves_with_the_beam(module) and not isinstance(module, StaticCacheSelfAttention):
+            for module in movers:  # a cacheable self-attention's buffers are updated in place
+                if not cacheable(module):
                     return f"{type(module).__name__} keeps state per hypothesis that a step replaces"
         return None
 
@@ -337,8 +340,7 @@ class FixedShapeSequenceGenerator(SequenceGenerator):
         """(fixed form?, captured?) for this call; the reason for the prefix form is logged once."""
         if self.step_form == "prefix" or (self.step_form == "auto" and device.type != "cuda"):
             return False, False
-        with static_self_attention(decoders, [{} for _ in decoders], 1, 1):  # the classes the step will see
-            reason = self.why_not_fixed(decoders, capacity)
+        reason = self.why_not_fixed(decoders, capacity)
         if reason is None:
             return True, self.graphs is not None and device.type == self.graphs.device_type
         if self.step_form == "fixed":
@@ -362,8 +364,8 @@ class FixedShapeSequenceGenerator(SequenceGenerator):
         assert self.min_len <= max_len, "min_len cannot be larger than max_len, please adjust these!"
         rows = torch.arange(bsz, device=src_tokens.device).repeat_interleave(self.beam_size)
         decoders = [m.decoder for m in self.model.models] if self.model.has_incremental_states() else []
-        beams = Beams(bsz, self.beam_size, max_len, self.eos if bos_token is None else bos_token, self.pad,
-                      src_tokens.device)
+        beams = Beams(bsz, self.beam_size, max_len, self.eos if bos_token is None else bos_token, self.pad, self.eos,
+                      self.vocab_size, src_tokens.device)
         fixed, captured = self._form(decoders, max_len + 1, src_tokens.device)
         with ExitStack() as stack:
             shared = stack.enter_context(one_memory_row(self.model.models, bool(decoders)))
@@ -383,7 +385,7 @@ class FixedShapeSequenceGenerator(SequenceGenerator):
             if fixed:
                 static = static + stack.enter_context(step_positions(decoders, max_len + 1))
                 stack.enter_context(decoder_flag(decoders, "cross_self_attention", True))
-            run = Run(beams, encoder_outs, incremental_states, static, fixed, decoders)
+            run = Run(beams, encoder_outs, incremental_states, static, fixed, self.movers)
             failure = None
             for step in range(max_len + 1):
                 if captured and step > 0:
@@ -417,9 +419,7 @@ class FixedShapeSequenceGenerator(SequenceGenerator):
         lprobs[:, self.pad] = -math.inf
         lprobs[:, self.unk] -= self.unk_penalty
         last = b.step.ge(b.max_len)  # only EOS at the last step; no EOS before min_len
-        not_eos = torch.ones(lprobs.size(1), dtype=torch.bool, device=lprobs.device)
-        not_eos[self.eos] = False
-        lprobs.masked_fill_(last & not_eos, -math.inf)
+        lprobs.masked_fill_(last & b.not_eos, -math.inf)
         lprobs[:, self.eos].masked_fill_(~last & b.step.lt(self.min_len), -math.inf)
         if self.token_indices_to_suppress is not None:
             lprobs[:, self.token_indices_to_suppress] = -math.inf

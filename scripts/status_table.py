@@ -44,8 +44,9 @@ ROWS = [
      "host-bound: 6 ms a step whatever the source; pruned **{r[headline][l0drop_pruned_vs_stock_400]:.2f}x** stock "
      "(saves memory, not time)", "no", "[report]({r})", {"r": "2026-11-26-gpu-checks-h100"}),
     ("fixed-shape beam search, CUDA graphs", "3x fairseq-generate on a GPU (batch 64, 400 tokens, fp16)",
-     "built and exact; on the CPU **{r[results][3][searches][fixed_shape][speedup_paired]:.2f}x** (stock, batch "
-     "{r[results][3][batch]}, {r[results][3][length]} tokens) and parity elsewhere; GPU not measured yet", "not yet",
+     "built and exact; on the CPU **{r[results][3][searches][fixed_shape][speedup_paired]:.2f}x** (random stock "
+     "transformer-base, batch {r[results][3][batch]}, {r[results][3][length]} tokens, one thread) and parity "
+     "elsewhere; GPU not measured yet", "not yet",
      "[report]({r})", {"r": "2026-11-27-fixed-shape-search-cpu"}),
 ]
 

@@ -251,10 +251,11 @@ def parse_args(argv=None):
         message = check(args)
         if message:
             p.error(message)
-    if args.metric == "rouge" and args.rouge_impl == "python" and _target_language(args) not in (None, "en"):
+    language = _target_language(args)
+    if args.metric == "rouge" and args.rouge_impl == "python" and language not in (None, "en"):
         print(f"warning: --metric rouge scores with rouge-score's English tokenisation (lower-cased, letters a-z and "
-              f"digits only, Porter stemmer): on '{_target_language(args)}' text other letters are dropped; compare "
-              f"scores only with scores made the same way", file=sys.stderr)
+              f"digits only, Porter stemmer): on '{language}' text other letters are dropped; compare scores only "
+              f"with scores made the same way", file=sys.stderr)
     return args
 
 
