@@ -309,9 +309,13 @@ class FixedShapeSequenceGenerator(SequenceGenerator):
             raise ValueError(f"the fixed-shape search does not support {UNSUPPORTED}")
         if step_form not in STEP_FORMS:
             raise ValueError(f"step form {step_form!r}: choose from {', '.join(STEP_FORMS)}")
-        self.stop_every, self.step_form = max(1, int(stop_every)), step_form
+        for name, value, low in (("stop_every", stop_every, 1), ("max_graphs", max_graphs, 0),
+                                 ("source_bucket", source_bucket, 1)):
+            if not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} (--fixed-shape-{name.replace('_', '-')}) must be a whole number >= {low}, "
+                                 f"got {value!r}")
+        self.stop_every, self.step_form, self.source_bucket = stop_every, step_form, source_bucket
         self.graphs = StepGraphs(max_graphs) if max_graphs > 0 else None
-        self.source_bucket = max(1, int(source_bucket))
         self._told = set()
         # per decoder, its modules with state per hypothesis (:func:`moves_with_the_beam`): the models are fixed
         self.movers = [[m for m in model.decoder.modules() if moves_with_the_beam(m)]

@@ -65,21 +65,20 @@ class TranslationFixedShapeTask(TranslationTask):
                              f"{', '.join(refused) or 'prefix_allowed_tokens_fn'} ({UNSUPPORTED}): use --task "
                              "translation for it")
         cfg = self.cfg
-        if cfg.fixed_shape_stop_every < 1 or cfg.fixed_shape_max_graphs < 0 or cfg.fixed_shape_source_bucket < 1:
-            raise SystemExit(f"error: --fixed-shape-stop-every and --fixed-shape-source-bucket must be >= 1 and "
-                             f"--fixed-shape-max-graphs >= 0 (got {cfg.fixed_shape_stop_every}, "
-                             f"{cfg.fixed_shape_source_bucket}, {cfg.fixed_shape_max_graphs})")
         kwargs = dict(extra_gen_cls_kwargs or {}, stop_every=cfg.fixed_shape_stop_every,
                       step_form=cfg.fixed_shape_step_form, max_graphs=cfg.fixed_shape_max_graphs,
                       source_bucket=cfg.fixed_shape_source_bucket)
-        return super().build_generator(models, args, seq_gen_cls=FixedShapeSequenceGenerator,
-                                       extra_gen_cls_kwargs=kwargs)
+        try:  # the generator checks its settings: one line, before anything is decoded
+            return super().build_generator(models, args, seq_gen_cls=FixedShapeSequenceGenerator,
+                                           extra_gen_cls_kwargs=kwargs)
+        except ValueError as e:
+            raise SystemExit(f"error: --task {NAME}: {e}") from None
 
 
 def use_fixed_shape_search(hub, **options):
     """fairseq's hub interface (``from_pretrained``) decoding with the fixed-shape search: its task becomes this task
     over the same settings and dictionaries; ``options``: this task's own (``fixed_shape_stop_every``,
-    ``fixed_shape_step_form``, ``fixed_shape_max_graphs``). Returns the hub."""
+    ``fixed_shape_step_form``, ``fixed_shape_max_graphs``, ``fixed_shape_source_bucket``). Returns the hub."""
     from omegaconf import OmegaConf
 
     own = {f.name for f in fields(TranslationFixedShapeConfig)}

@@ -334,3 +334,16 @@ def test_a_graph_that_cannot_be_captured_leaves_eager_steps_with_a_warning(caplo
     assert gen.graphs is None
     assert any("could not be captured" in r.getMessage() and "not permitted" in r.getMessage() for r in caplog.records)
     assert_same(out, decode(model, d, sample, ["--beam", "4"], fixed=False))
+
+
+@pytest.mark.parametrize("setting, value", [("fixed_shape_stop_every", 0), ("fixed_shape_max_graphs", -1),
+                                            ("fixed_shape_source_bucket", 0)])
+def test_settings_out_of_range_are_refused_in_one_line_before_decoding(setting, value):
+    model, d = build("transformer")
+    task = TranslationFixedShapeTask(TranslationFixedShapeConfig(**{setting: value}), d, d)
+    with pytest.raises(SystemExit) as e:
+        task.build_generator([model], generation_args(["--beam", "4"]))
+    message = str(e.value)
+    assert "\n" not in message and f"--{setting.replace('_', '-')}" in message and str(value) in message
+    with pytest.raises(ValueError, match="must be a whole number"):
+        FixedShapeSequenceGenerator([model], d, beam_size=4, **{setting[len("fixed_shape_"):]: value})
