@@ -42,12 +42,18 @@ ROWS = [
      {"r": "2026-11-25-speed-int8-artefacts"}),
     ("decoding on a GPU", "pruning saves time",
      "host-bound: 6 ms a step whatever the source; pruned **{r[headline][l0drop_pruned_vs_stock_400]:.2f}x** stock "
-     "(saves memory, not time)", "no", "[report]({r})", {"r": "2026-11-26-gpu-checks-h100"}),
+     "(saves memory, not time); under the fixed-shape search's graphs L0Drop 50% decodes at "
+     "{gpu[results][3][searches][fixed_shape][ms_per_step]:.2f} ms a step against stock's "
+     "{gpu[results][1][searches][fixed_shape][ms_per_step]:.2f} (400 tokens, other random models; pruned against the "
+     "same model unpruned not measured yet)", "not yet", "[report]({r}), [graphs]({gpu})",
+     {"r": "2026-11-26-gpu-checks-h100", "gpu": "2026-11-27-fixed-shape-search-h200"}),
     ("fixed-shape beam search, CUDA graphs", "3x fairseq-generate on a GPU (batch 64, 400 tokens, fp16)",
-     "built and exact; on the CPU **{r[results][3][searches][fixed_shape][speedup_paired]:.2f}x** (random stock "
-     "transformer-base, batch {r[results][3][batch]}, {r[results][3][length]} tokens, one thread) and parity "
-     "elsewhere; GPU not measured yet", "not yet",
-     "[report]({r})", {"r": "2026-11-27-fixed-shape-search-cpu"}),
+     "**{gpu[results][1][searches][fixed_shape][speedup_paired]:.2f}x** (random stock transformer-base, batch "
+     "{gpu[results][1][batch]}, {gpu[results][1][length]} tokens, fp16, H200, one round); on the CPU "
+     "**{cpu[results][3][searches][fixed_shape][speedup_paired]:.2f}x** (batch {cpu[results][3][batch]}, "
+     "{cpu[results][3][length]} tokens, one thread); fairseq's hypotheses in fp32", "yes at batch 64; batch 1 not yet",
+     "[GPU]({gpu}), [CPU]({cpu})",
+     {"gpu": "2026-11-27-fixed-shape-search-h200", "cpu": "2026-11-27-fixed-shape-search-cpu"}),
 ]
 
 
