@@ -10,7 +10,8 @@
 #   RECIPE_ARGS="--corpus DIR -s en -t de --amp --baseline-minutes 3 ..." \
 #       scripts/gpu_study.sh WORK_PREFIX "1 2" baseline control,l0drop
 #
-# WORK_PREFIX<seed> is each seed's work dir. Where WORK_PREFIX<first seed> holds a prepared data-bin (the prepare
+# WORK_PREFIX<seed> is each seed's work dir; {seed} in RECIPE_ARGS is replaced by each seed (e.g. each seed's own
+# baseline brought back by an earlier call: --baseline-checkpoint gpu_carry/s{seed}_baseline_checkpoint_best.pt). Where WORK_PREFIX<first seed> holds a prepared data-bin (the prepare
 # step run beforehand, e.g. on a CPU machine), the other seeds' dirs start from a copy of it (data-bin, tok,
 # truncation.json) instead of preparing again. SECONDS_LEFT: the whole script's wall-clock budget, install
 # included (default: none): every recipe process is stopped when it runs out, the packing still runs, and a stopped
@@ -46,7 +47,7 @@ first=${SEEDS%% *}
 # the recipe's own checks of every option, step and input (unknown steps, bad ranges, a missing corpus) before any work
 # shellcheck disable=SC2086
 "$(dirname "$RECIPE")/python" -c 'import sys; from fairseq_sparse.recipe.main import checked; checked(sys.argv[1:])' \
-    $RECIPE_ARGS --device "${DEVICE:-cuda}" --work-dir "$PREFIX$first" --steps "$(IFS=,; echo "$*"),report" || exit 2
+    ${RECIPE_ARGS//\{seed\}/$first} --device "${DEVICE:-cuda}" --work-dir "$PREFIX$first" --steps "$(IFS=,; echo "$*"),report" || exit 2
 for seed in $SEEDS; do
     W=$PREFIX$seed
     if [[ ! -d "$W/data-bin" && -d "$PREFIX$first/data-bin" ]]; then
@@ -63,7 +64,7 @@ recipe() {  # SEED STEPS
         limit=(timeout $((SECONDS_LEFT - SECONDS)))
     fi
     # shellcheck disable=SC2086
-    "${limit[@]}" "$RECIPE" $RECIPE_ARGS --device "${DEVICE:-cuda}" --seed "$1" --work-dir "$W" \
+    "${limit[@]}" "$RECIPE" ${RECIPE_ARGS//\{seed\}/$1} --device "${DEVICE:-cuda}" --seed "$1" --work-dir "$W" \
         --steps "$2" --quiet --threads "${THREADS:-2}" >> "$W/study.${2//,/+}.out" 2>&1
     echo "  seed $1, $2: exit $? ($(date +%T))"
 }

@@ -22,9 +22,12 @@ ROWS = [
     ("L0Drop, 40-50% of source states", "within 0.5 BLEU",
      "{x128[headline][gap_bleu_1800_mean]:.2f} (2 seeds; x128, 13-BLEU baselines, 1,800 updates); "
      "**{x256[summary][mean_gap_after_1000_updates][l0drop][gap]:.2f}** from GPU-trained x256 baselines "
-     "({x256[summary][baseline_bleu]:.1f} BLEU, not converged; 1,000 updates; H200)", "no",
-     "[report]({x256}), [x128]({x128})",
-     {"x256": "2026-11-27-l0drop-gpu-ddtp-x256", "x128": "2026-11-26-gpu-checks-h200"}),
+     "({x256[summary][baseline_bleu]:.1f} BLEU, not converged; 1,000 updates; H200); "
+     "**{gx128[summary][mean_gap_after_800_updates_common_sentences][l0drop][gap]:.2f}** from x128 ones "
+     "({gx128[summary][baseline_bleu]:.1f} BLEU; 800 updates; the shorter test sentences only)", "no",
+     "[x256]({x256}), [x128 GPU]({gx128}), [x128 CPU]({x128})",
+     {"x256": "2026-11-27-l0drop-gpu-ddtp-x256", "gx128": "2026-11-27-l0drop-gpu-ddtp-x128",
+      "x128": "2026-11-26-gpu-checks-h200"}),
     ("composed (simplified decoder + L0Drop 10% + half the heads)", "2x stock at 400 tokens, within 1 BLEU",
      "**{r[headline][speed_vs_stock_400_seed1]:.2f}x** / **{r[headline][speed_vs_stock_400_seed2]:.2f}x** (CPU, one "
      "thread); **{r[headline][gap_bleu_2000_mean]:.2f}** BLEU (2 seeds, 2,000 updates)", "speed yes, quality no",
