@@ -22,6 +22,9 @@
 #   BENCH="l0drop_b64 composed_b64" scripts/gpu_checks.sh bench   # only these runs (names as in bench/)
 #   TESTS=tests/unit/test_fixed_shape_search.py BENCH="fixed_b64 fixed_b1 fixed_fp32_b64" scripts/gpu_checks.sh
 #       # the fixed-shape search's device call (issue 43): its CUDA tests and benchmarks
+#   TRAINED_DATA=gpu_carry/W1/data-bin TRAINED_CKPT=gpu_carry/x128/s1_baseline_checkpoint_best.pt \
+#   TRAINED_ARGS="-s en -t de --remove-bpe --tokenizer moses" BENCH=fixed_trained scripts/gpu_checks.sh bench
+#       # fairseq-generate with and without the fixed-shape search on a trained checkpoint (fp32, fp16)
 # The bench stage resumes: a run whose bench/NAME.json exists is skipped (a second call on a warm machine
 # goes on where the first one's time ran out).
 set -uo pipefail
@@ -31,8 +34,8 @@ for var in LIMIT_INSTALL LIMIT_TESTS LIMIT_BENCH; do
     [[ -z "${!var:-}" || "${!var}" =~ ^[1-9][0-9]*$ ]] || { echo "gpu_checks.sh: $var must be whole seconds > 0, got '${!var}'"; exit 2; }
 done
 for name in ${BENCH:-}; do
-    [[ "$name" =~ ^((l0drop|composed)_b(1|64)|fixed_b(1|64|256)|fixed_fp32_b64|(heads|simplified)_len[0-9]+)$ ]] \
-        || { echo "gpu_checks.sh: BENCH names no run '$name' (l0drop_bN, composed_bN with N 1 or 64; fixed_bN with N 1, 64 or 256; fixed_fp32_b64; heads_lenL, simplified_lenL)"; exit 2; }
+    [[ "$name" =~ ^((l0drop|composed)_b(1|64)|fixed_b(1|64|256)|fixed_fp32_b64|fixed_trained|(heads|simplified)_len[0-9]+)$ ]] \
+        || { echo "gpu_checks.sh: BENCH names no run '$name' (l0drop_bN, composed_bN with N 1 or 64; fixed_bN with N 1, 64 or 256; fixed_fp32_b64; fixed_trained (with TRAINED_CKPT, TRAINED_DATA); heads_lenL, simplified_lenL)"; exit 2; }
 done
 for path in ${TESTS:-}; do
     [[ -e "$path" ]] || { echo "gpu_checks.sh: TESTS names no test path '$path'"; exit 2; }
@@ -141,6 +144,11 @@ bench() {
             --repeats $repeats
     done
     bench_one fixed_fp32_b64 fixed_shape_search.py --batch-sizes 64 --lengths $lengths --beam 4 --repeats $repeats
+    # the same through fairseq-generate on a trained checkpoint, fp32 and fp16: time, identical hypotheses, BLEU
+    if [[ -n "${TRAINED_CKPT:-}" ]]; then
+        bench_one fixed_trained fixed_shape_checkpoint.py "$TRAINED_DATA" --path "$TRAINED_CKPT" \
+            --generate-args "${TRAINED_ARGS:-}" --rounds "$repeats"
+    fi
     # batch 64 first: where the bytes model says pruning the memory pays (and issue 25's goal is measured)
     for batch in 64 1; do
         bench_one "l0drop_b$batch" l0drop_decoding.py --lengths $lengths --batch-size $batch --beam 4 --repeats $repeats

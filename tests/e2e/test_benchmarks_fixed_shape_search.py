@@ -26,3 +26,23 @@ def test_fixed_shape_search_benchmark_smoke(tmp_path):
         for x in r["searches"].values():
             assert x["same_hypotheses"] and x["ms_per_step"] > 0 and len(x["times"]["times_s"]) == 2
         assert r["searches"]["fairseq"]["speedup_paired"] == 1.0
+
+
+CHECKPOINT_SCRIPT = os.path.join(REPO, "benchmarks", "fixed_shape_checkpoint.py")
+
+
+def test_fixed_shape_checkpoint_benchmark_on_a_trained_checkpoint(corpus, stock_transformer_ckpt, tmp_path):
+    """benchmarks/fixed_shape_checkpoint.py: both searches through fairseq-generate on a trained checkpoint, fp32 on
+    the CPU: the same hypotheses, the same BLEU, a generation time each; --fp16 on the CPU refused before any run."""
+    out_json = tmp_path / "ckpt.json"
+    cmd = [sys.executable, CHECKPOINT_SCRIPT, corpus["bin"], "--path", stock_transformer_ckpt, "--rounds", "1",
+           "--beam", "4", "--batch-size", "16", "--json", str(out_json)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = {r["search"]: r for r in json.loads(out_json.read_text())["results"]}
+    assert set(rows) == {"fairseq", "fixed_shape"} and {r["precision"] for r in rows.values()} == {"fp32"}
+    assert rows["fixed_shape"]["identical_to_fairseq_fp32"] == 1.0 == rows["fairseq"]["identical_to_fairseq_fp32"]
+    assert rows["fixed_shape"]["bleu"] == rows["fairseq"]["bleu"] > 0
+    assert rows["fixed_shape"]["generate_s"] > 0 and rows["fairseq"]["speedup_generate"] == 1.0
+    refused = subprocess.run(cmd[:-2] + ["--fp16"], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert refused.returncode == 2 and "--fp16 needs --device cuda" in refused.stderr
