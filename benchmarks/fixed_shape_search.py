@@ -4,7 +4,7 @@ SequenceGenerator, side by side in one run, on the same models and inputs.
 
 For each model (``--models``: ``stock``, fairseq's own transformer; ``l0drop``, transformer_l0drop with pruned
 decoding and its gates closed for ``--sparsity`` of the source states, as benchmarks/l0drop_decoding.py closes
-them), batch size and source length, the searches decode the same batch of random sources:
+them; ``l0drop_full``, the same weights with pruned decoding off: the full memory), batch size and source length, the searches decode the same batch of random sources:
 
   fairseq        fairseq's SequenceGenerator (what fairseq-generate runs)
   fixed_shape    fairseq_sparse/fixed_shape_search.py as ``--task translation_fixed_shape`` runs it: on CUDA its
@@ -33,7 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_common  # noqa: E402
 from bench_common import print_header  # noqa: E402
 
-MODELS = ("stock", "l0drop")
+MODELS = ("stock", "l0drop", "l0drop_full")
 SEARCHES = ("fairseq", "fixed_shape", "fixed_eager")
 
 
@@ -77,7 +77,7 @@ def build(args, name, data_dir, calibration_len):
     arch = "transformer" if name == "stock" else "transformer_l0drop"
     model, task, _ = bench_common.build_random_model(args, data_dir, ["--arch", arch])
     model.eval()
-    if name == "l0drop":
+    if name.startswith("l0drop"):
         enc, d = model.encoder, task.source_dictionary
         w = torch.randn(args.dim, generator=torch.Generator().manual_seed(args.seed + 1))
         calib = bench_common.random_sources(d, bench_common.CALIBRATION_SENTENCES, calibration_len, args.seed + 2)
@@ -85,8 +85,8 @@ def build(args, name, data_dir, calibration_len):
             enc.l0drop.reset_parameters()
             enc.pruned_decoding = False
             x = enc(calib, src_lengths=torch.full((calib.size(0),), calibration_len))["encoder_out"][0]
-            enc.pruned_decoding = True
             bench_common.close_gate_at_quantile(enc.l0drop.log_alpha_proj, (x @ w).flatten(), w, args.sparsity)
+        enc.pruned_decoding = name == "l0drop"  # l0drop_full: the same weights decoded over the full memory
     model.to(args.torch_device)
     if args.fp16:
         model.half()
@@ -162,6 +162,15 @@ def measure(args, model, task, batch, length):
     return {"batch": batch, "length": length, "searches": out}
 
 
+def pruned_vs_unpruned(results):
+    """Per (batch, length) measured for both l0drop and l0drop_full: the unpruned model's time per step over the
+    pruned one's, under each search (> 1: pruning pays)."""
+    by = {(r["model"], r["batch"], r["length"]): r["searches"] for r in results}
+    return [{"batch": b, "length": n, "speedup": {s: full[s]["ms_per_step"] / by[("l0drop", b, n)][s]["ms_per_step"]
+                                                  for s in full}}
+            for (m, b, n), full in by.items() if m == "l0drop_full" and ("l0drop", b, n) in by]
+
+
 def main(argv=None):
     args = parse_args(argv)
     started = bench_common.start(args)
@@ -182,18 +191,22 @@ def main(argv=None):
     print_header(f"fixed-shape search against fairseq's SequenceGenerator: {meta['device']}, {meta['threads']} "
                  f"threads, {args.layers}+{args.layers} x {args.dim}, beam {args.beam}, {args.out_len + 1} steps, "
                  f"{args.clock} clock, median of {args.repeats} rounds; speed-up: paired, against fairseq")
-    print(f"{'model':>7} {'batch':>5} {'length':>6} {'search':>12} {'ms/step':>8} {'speed-up':>9} {'same':>6} "
+    print(f"{'model':>11} {'batch':>5} {'length':>6} {'search':>12} {'ms/step':>8} {'speed-up':>9} {'same':>6} "
           f"{'max |score diff|':>17}" + (f" {'kernel ms/step':>15} {'memory MB':>10} {'graphs':>6}" if cuda else ""))
     for r in results:
         for name, x in r["searches"].items():
             kernel = "-" if x["kernel_ms_per_step"] is None else f"{x['kernel_ms_per_step']:.2f}"
             extra = f" {kernel:>15} {x['memory_mb']:>10.0f} {x['graphs'] or 0:>6}" if cuda else ""
-            print(f"{r['model']:>7} {r['batch']:>5} {r['length']:>6} {name:>12} {x['ms_per_step']:>8.2f} "
+            print(f"{r['model']:>11} {r['batch']:>5} {r['length']:>6} {name:>12} {x['ms_per_step']:>8.2f} "
                   f"{x['speedup_paired']:>9.2f} {x['same_share']:>6.1%} {x['max_score_diff']:>17.2e}{extra}")
     print(bench_common.noise_line({f"{r['model']} b{r['batch']} n{r['length']} {n}":
                                    (r["searches"]["fairseq"]["times"]["times_s"], x["times"]["times_s"])
                                    for r in results for n, x in r["searches"].items() if n != "fairseq"}))
-    bench_common.finish(args, started, meta, {"results": results})
+    pruning = pruned_vs_unpruned(results)
+    for r in pruning:
+        print(f"L0Drop pruned against the same model unpruned, batch {r['batch']}, {r['length']} tokens: "
+              + ", ".join(f"{n} {x:.2f}x" for n, x in r["speedup"].items()))
+    bench_common.finish(args, started, meta, {"results": results, "pruned_vs_unpruned": pruning})
     exact = all(x["same_hypotheses"] for r in results for x in r["searches"].values())
     return 0 if exact or args.fp16 else 1
 

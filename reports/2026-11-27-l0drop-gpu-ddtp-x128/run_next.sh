@@ -10,7 +10,7 @@
 # Device call (about 54 MB carried):
 #   run(carry ["wheelhouse", "gpu_carry/W1", "gpu_carry/x128"], timeout_s 600):
 #       reports/2026-11-27-l0drop-gpu-ddtp-x128/run_next.sh
-# At once if it was cut off (the machine stays warm 30 s; nothing carried, its work dirs resume):
+# At once if it was cut off (the machine stays warm 30 s; nothing carried, its work dirs resume), else after.sh:
 #   run(timeout_s = what is left): SECONDS_LEFT=<that - 20> reports/2026-11-27-l0drop-gpu-ddtp-x128/run_next.sh
 # Planned time: install 50 s, the baselines linked and decoded 20 s, L0Drop's 1,600 updates at about 6.5 updates/s
 # (four runs side by side) 250 s, then its decodings (final, full memory, the 800-update point) and the report about

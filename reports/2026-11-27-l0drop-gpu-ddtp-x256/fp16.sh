@@ -5,12 +5,12 @@
 # cuda-marked tests, for what is left of TIMEOUT seconds. Everything into $OUT/fp16.tgz and $OUT/pytest_cuda.txt.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-W=gpu_carry/W1 O=${OUT:-/tmp} T=${TIMEOUT:-150}
+W=${W:-gpu_carry/W1} DATA=${DATA:-${W:-gpu_carry/W1}/data-bin} O=${OUT:-/tmp} T=${TIMEOUT:-150}
 BIN=$(dirname "$(command -v python3)")
 mkdir -p /tmp/fp16
 gen() {  # NAME CHECKPOINT [OPTION ...]: the recipe's fairseq-generate (beam 5, fairseq's defaults) with --fp16
     local name=$1 ckpt=$2; shift 2
-    "$BIN/fairseq-generate" "$W/data-bin" --user-dir fairseq_sparse --path "$W/$ckpt" --gen-subset test \
+    "$BIN/fairseq-generate" "$DATA" --user-dir fairseq_sparse --path "$W/$ckpt" --gen-subset test \
         --task translation --source-lang en --target-lang de --beam 5 --batch-size 64 --required-batch-size-multiple 1 \
         --lenpen 1.0 --min-len 1 --max-len-a 0 --max-len-b 200 --no-repeat-ngram-size 0 --max-source-positions 1024 \
         --max-target-positions 1024 --remove-bpe --tokenizer moses --fp16 "$@" > "/tmp/fp16/$name.txt" 2>&1

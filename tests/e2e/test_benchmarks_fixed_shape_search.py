@@ -20,7 +20,11 @@ def test_fixed_shape_search_benchmark_smoke(tmp_path):
     assert "fixed-shape search against fairseq's SequenceGenerator" in proc.stdout and "noise:" in proc.stdout
     res = json.loads(out_json.read_text())
     assert [(r["model"], r["batch"], r["length"]) for r in res["results"]] == [
-        ("stock", 1, 12), ("stock", 3, 12), ("l0drop", 1, 12), ("l0drop", 3, 12)]
+        (m, b, 12) for m in ("stock", "l0drop", "l0drop_full") for b in (1, 3)]
+    # the same L0Drop weights decoded over the pruned and the full memory, timed under each search
+    assert [(r["batch"], r["length"], sorted(r["speedup"])) for r in res["pruned_vs_unpruned"]] == [
+        (b, 12, ["fairseq", "fixed_shape"]) for b in (1, 3)]
+    assert "L0Drop pruned against the same model unpruned, batch 3, 12 tokens" in proc.stdout
     for r in res["results"]:
         assert set(r["searches"]) == {"fairseq", "fixed_shape"}  # the eager form is timed apart on CUDA only
         for x in r["searches"].values():
