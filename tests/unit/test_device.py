@@ -13,6 +13,7 @@ from fairseq_sparse.cli import common
 from fairseq_sparse.recipe import commands, speed
 from fairseq_sparse.recipe.evaluation import Evaluation
 from fairseq_sparse.recipe.options import get_parser, parse_args
+from fairseq_sparse.recipe.methods import BY_NAME
 
 RECIPE = ["--corpus", "c", "-s", "en", "-t", "de", "--work-dir", "w"]
 
@@ -129,3 +130,17 @@ def test_batch_size_and_mixed_precision_follow_the_device(cuda, capsys):
     with pytest.raises(SystemExit):
         parse_args(RECIPE + ["--device", "cpu", "--amp"])
     assert "--amp is mixed precision on CUDA" in capsys.readouterr().err
+
+
+def test_model_width_dropout_and_lr_follow_the_device_unless_given(cuda):
+    """On CUDA the recipe's default model is 3+3 x 256 (FFN 1,024, dropout 0.2, lr 1.5e-3), on the CPU x 128 (FFN 512,
+    dropout 0.1, lr 2e-3); an option given is kept on either device."""
+    cuda(True)
+    sizes = ("embed_dim", "ffn_dim", "dropout", "lr")
+    on_gpu, on_cpu = parse_args(RECIPE), parse_args(RECIPE + ["--device", "cpu"])
+    assert tuple(getattr(on_gpu, k) for k in sizes) == (256, 1024, 0.2, 1.5e-3)
+    assert tuple(getattr(on_cpu, k) for k in sizes) == (128, 512, 0.1, 2e-3)
+    given = parse_args(RECIPE + ["--embed-dim", "64", "--ffn-dim", "128", "--dropout", "0.3", "--lr", "1e-3"])
+    assert tuple(getattr(given, k) for k in sizes) == (64, 128, 0.3, 1e-3)
+    train = commands.train_from_scratch(on_gpu, "DATA", BY_NAME["baseline"])
+    assert train[train.index("--encoder-embed-dim") + 1] == "256" and train[train.index("--lr") + 1] == "0.0015"
