@@ -83,11 +83,12 @@ def validation_flags(a):
             + ["--best-checkpoint-metric", "bleu", "--maximize-best-checkpoint-metric"] + validation_interval_flags(a))
 
 
-def task_flags(method_name):
-    """fairseq's --task of a model: the POS pattern reads its tags through translation_source_tags."""
+def task_flags(method_name, search="fairseq"):
+    """fairseq's --task of a model: the POS pattern reads its tags through translation_source_tags; a decoding with
+    the fixed-shape search (--search fixed_shape) runs through translation_fixed_shape."""
     if method_name.startswith("pattern_pos"):
         return ["--task", "translation_source_tags", "--source-tags-dir", "tags"]
-    return ["--task", "translation"]
+    return ["--task", "translation_fixed_shape" if search == "fixed_shape" else "translation"]
 
 
 def train_from_scratch(a, data, m: Method):
@@ -157,7 +158,7 @@ def generation_flags(a):
 def generate(a, data, key, checkpoint, overrides=None):
     """fairseq-generate of a checkpoint on the test split, every sentence (the last partial batch included)."""
     cmd = ([tool("fairseq-generate"), data, "--user-dir", USER_DIR, "--path", checkpoint, "--gen-subset", "test"]
-           + task_flags(key) + lang_flags(a) + ["--beam", str(a.beam), "--batch-size", str(a.batch_size),
+           + task_flags(key, a.search) + lang_flags(a) + ["--beam", str(a.beam), "--batch-size", str(a.batch_size),
                                                 "--required-batch-size-multiple", "1"] + cpu_flag(a)
            + generation_flags(a))
     cmd += pieces_joined(a) + (["--tokenizer", "moses"] if a.tokenizer == "moses" else [])

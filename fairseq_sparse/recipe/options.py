@@ -209,7 +209,8 @@ def _methods(p):
 
 
 #: fairseq-generate's summarisation settings the recipe passes through, with fairseq's defaults
-DECODING_DEFAULTS = {"lenpen": 1.0, "min_len": 1, "max_len_a": 0.0, "max_len_b": 200, "no_repeat_ngram_size": 0}
+DECODING_DEFAULTS = {"lenpen": 1.0, "min_len": 1, "max_len_a": 0.0, "max_len_b": 200, "no_repeat_ngram_size": 0,
+                     "search": "fairseq"}
 #: --char-level's longest output when --max-len-a/-b are left out: 2 x the source + 10 characters. fairseq's
 #: 200 would cut German characters: 236 of DDTP en-de's 1,001 test references are longer; 3 are longer than this
 CHAR_LEVEL_MAX_LEN = {"max_len_a": 2.0, "max_len_b": 10}
@@ -228,6 +229,10 @@ def _decoding(p):
                    f"{d['max_len_b']}, or {c['max_len_b']} with --char-level)")
     g.add_argument("--no-repeat-ngram-size", type=int, default=d["no_repeat_ngram_size"],
                    help="no n-gram of this size twice in an output (0: off)")
+    g.add_argument("--search", choices=("fairseq", "fixed_shape"), default=d["search"],
+                   help="the beam search of every decoding: fairseq's SequenceGenerator, or the fixed-shape search "
+                        "(--task translation_fixed_shape, docs/fixed-shape-search.md: fairseq's hypotheses in fp32, "
+                        "its steps captured in CUDA graphs on a GPU); the POS pattern keeps fairseq's (its own task)")
 
 
 def decoding_changes(a):

@@ -279,3 +279,17 @@ def test_sigterm_stops_the_training_and_releases_the_lock(raw_corpus, baseline_w
     shutil.rmtree(work / "control")
     recipe(raw_corpus, work, ["--steps", "control", "--threads", "1"])
     assert (work / "logs" / "control.log.1").read_text() == stopped_log and log.read_text() != stopped_log
+
+
+def test_decodings_with_the_fixed_shape_search_give_fairseqs_hypotheses(raw_corpus, baseline_work, tmp_path):
+    """--search fixed_shape: every decoding runs through --task translation_fixed_shape, keyed apart from fairseq's
+    search (so the baseline is decoded again), with the same hypotheses and score as fairseq's."""
+    work = copy_of(baseline_work, tmp_path)
+    before = json.loads((work / "results" / "baseline.json").read_text())
+    recipe(raw_corpus, work, ["--steps", "baseline", "--search", "fixed_shape", "--threads", "1"])
+    after = json.loads((work / "results" / "baseline.json").read_text())
+    assert after["produced_by"]["settings"]["search"] == "fixed_shape" and "search" not in before["produced_by"]["settings"]
+    assert "--task translation_fixed_shape" in (work / "commands" / "report.sh").read_text()
+    assert [h for h, _ in after["result"]["hypotheses"]] == [h for h, _ in before["result"]["hypotheses"]]
+    assert after["result"]["score"] == before["result"]["score"]
+    assert max(abs(a - b) for (_, a), (_, b) in zip(after["result"]["hypotheses"], before["result"]["hypotheses"])) < 1e-4
