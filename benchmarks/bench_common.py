@@ -29,7 +29,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 USER_DIR = os.path.join(REPO, "fairseq_sparse")
-MAX_POSITIONS = 1024  # --max-source/target-positions of the random models
+MAX_POSITIONS = 2048  # --max-source/target-positions of the random models (sources of up to 2,000 tokens)
 #: sentences in the random models' gate-calibration batch (on the CPU, whatever the benchmark's batch: at
 #: batch 64 and 1,000 tokens the composed benchmark spent over 2 minutes calibrating on the GPU machine's CPU)
 CALIBRATION_SENTENCES = 10

@@ -162,6 +162,16 @@ def measure(args, model, task, batch, length):
     return {"batch": batch, "length": length, "searches": out}
 
 
+def write_partial(args, results):
+    """With --json, what is measured so far into JSON.partial (removed at the end): a run stopped by a time limit
+    (scripts/gpu_checks.sh's stages) still brings its finished measurements back."""
+    if args.json:
+        from fairseq_sparse.cli.common import write_json
+
+        settings = {k: v for k, v in vars(args).items() if not k.startswith("_") and k != "torch_device"}
+        write_json(args.json + ".partial", {"settings": settings, "results": results})
+
+
 def pruned_vs_unpruned(results):
     """Per (batch, length) measured for both l0drop and l0drop_full: the unpruned model's time per step over the
     pruned one's, under each search (> 1: pruning pays)."""
@@ -183,6 +193,7 @@ def main(argv=None):
                 for length in args._lengths:
                     r = dict(model=name, **measure(args, model, task, batch, length))
                     results.append(r)
+                    write_partial(args, results)
                     print(f"{name} batch {batch} length {length}: " + ", ".join(
                         f"{n} {x['ms_per_step']:.2f} ms/step x{x['speedup_paired']:.2f}"
                         for n, x in r["searches"].items()), flush=True)
@@ -207,6 +218,8 @@ def main(argv=None):
         print(f"L0Drop pruned against the same model unpruned, batch {r['batch']}, {r['length']} tokens: "
               + ", ".join(f"{n} {x:.2f}x" for n, x in r["speedup"].items()))
     bench_common.finish(args, started, meta, {"results": results, "pruned_vs_unpruned": pruning})
+    if args.json and os.path.exists(args.json + ".partial"):
+        os.remove(args.json + ".partial")
     exact = all(x["same_hypotheses"] for r in results for x in r["searches"].values())
     return 0 if exact or args.fp16 else 1
 

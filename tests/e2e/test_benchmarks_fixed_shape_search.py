@@ -25,6 +25,7 @@ def test_fixed_shape_search_benchmark_smoke(tmp_path):
     assert [(r["batch"], r["length"], sorted(r["speedup"])) for r in res["pruned_vs_unpruned"]] == [
         (b, 12, ["fairseq", "fixed_shape"]) for b in (1, 3)]
     assert "L0Drop pruned against the same model unpruned, batch 3, 12 tokens" in proc.stdout
+    assert not os.path.exists(str(out_json) + ".partial")  # written after each measurement, removed at the end
     for r in res["results"]:
         assert set(r["searches"]) == {"fairseq", "fixed_shape"}  # the eager form is timed apart on CUDA only
         for x in r["searches"].values():
