@@ -217,6 +217,11 @@ def machine_facts(args, started):
             "torch": torch.__version__, "loadavg_before": started["loadavg_before"], "loadavg_after": loadavg()}
 
 
+def settings_of(args):
+    """The run's options as its JSON records them."""
+    return {k: v for k, v in vars(args).items() if k != "torch_device" and not k.startswith("_")}
+
+
 def finish(args, started, meta, results):
     """Print the total time (also meta["elapsed_s"]); with --json, write {"settings", "meta", **results}."""
     from fairseq_sparse.cli.common import write_json
@@ -224,8 +229,7 @@ def finish(args, started, meta, results):
     meta["elapsed_s"] = time.time() - started["t_start"]
     print(f"total time {meta['elapsed_s']:.0f} s")
     if args.json:
-        settings = {k: v for k, v in vars(args).items() if k != "torch_device" and not k.startswith("_")}
-        write_json(args.json, {"settings": settings, "meta": meta, **results})
+        write_json(args.json, {"settings": settings_of(args), "meta": meta, **results})
         print(f"results written to {args.json}")
 
 

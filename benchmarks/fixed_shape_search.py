@@ -4,7 +4,8 @@ SequenceGenerator, side by side in one run, on the same models and inputs.
 
 For each model (``--models``: ``stock``, fairseq's own transformer; ``l0drop``, transformer_l0drop with pruned
 decoding and its gates closed for ``--sparsity`` of the source states, as benchmarks/l0drop_decoding.py closes
-them; ``l0drop_full``, the same weights with pruned decoding off: the full memory), batch size and source length, the searches decode the same batch of random sources:
+them; ``l0drop_full``, the same weights with pruned decoding off: the full memory), batch size and source length,
+the searches decode the same batch of random sources:
 
   fairseq        fairseq's SequenceGenerator (what fairseq-generate runs)
   fixed_shape    fairseq_sparse/fixed_shape_search.py as ``--task translation_fixed_shape`` runs it: on CUDA its
@@ -168,8 +169,7 @@ def write_partial(args, results):
     if args.json:
         from fairseq_sparse.cli.common import write_json
 
-        settings = {k: v for k, v in vars(args).items() if not k.startswith("_") and k != "torch_device"}
-        write_json(args.json + ".partial", {"settings": settings, "results": results})
+        write_json(args.json + ".partial", {"settings": bench_common.settings_of(args), "results": results})
 
 
 def pruned_vs_unpruned(results):
