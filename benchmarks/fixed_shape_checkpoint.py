@@ -40,6 +40,9 @@ def parse_args(argv=None):
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--rounds", type=int, default=2, help="interleaved rounds per (precision, search)")
     p.add_argument("--generate-args", default="", help="more fairseq-generate options, given to every run")
+    p.add_argument("--fixed-shape-args", default="",
+                   help="options of the fixed-shape runs only (e.g. --fixed-shape-step-form prefix: its own eager "
+                        "steps, where the default, auto, runs fairseq's search without a CUDA graph)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--fp16", action="store_true", help="fp16 runs too (CUDA only)")
     p.add_argument("--json", help="write the results here")
@@ -60,7 +63,8 @@ def command(args, search, fp16):
     return ([exe, args.data, "--user-dir", USER_DIR, "--path", args.path, "--gen-subset", args.gen_subset,
              "--task", SEARCHES[search], "--beam", str(args.beam), "--batch-size", str(args.batch_size),
              "--required-batch-size-multiple", "1"] + (["--cpu"] if args.device == "cpu" else [])
-            + (["--fp16"] if fp16 else []) + shlex.split(args.generate_args))
+            + (["--fp16"] if fp16 else []) + shlex.split(args.generate_args)
+            + (shlex.split(args.fixed_shape_args) if search == "fixed_shape" else []))
 
 
 def run_once(cmd):

@@ -8,8 +8,8 @@ them; ``l0drop_full``, the same weights with pruned decoding off: the full memor
 the searches decode the same batch of random sources:
 
   fairseq        fairseq's SequenceGenerator (what fairseq-generate runs)
-  fixed_shape    fairseq_sparse/fixed_shape_search.py as ``--task translation_fixed_shape`` runs it: on CUDA its
-                 steps of fixed shape captured in CUDA graphs, on the CPU eager steps
+  fixed_shape    fairseq_sparse/fixed_shape_search.py: on CUDA as ``--task translation_fixed_shape`` runs it, its
+                 steps of fixed shape captured in CUDA graphs; on the CPU its eager steps (``prefix``)
   fixed_eager    the same search with eager steps (``--fixed-shape-step-form prefix``; CUDA runs only)
 
 The output length is forced (``min_len = max_len = --out-len``), so all run the same number of steps; their
@@ -98,7 +98,8 @@ def generators(model, task, args):
     from fairseq_sparse.fixed_shape_search import FixedShapeSequenceGenerator
 
     gens = {"fairseq": bench_common.forced_generator(model, task.target_dictionary, args.beam, args.out_len)}
-    forms = {"fixed_shape": "auto", "fixed_eager": "prefix"} if args.device == "cuda" else {"fixed_shape": "auto"}
+    # on the CPU the search's eager steps (its default there, auto, is fairseq's own search)
+    forms = {"fixed_shape": "auto", "fixed_eager": "prefix"} if args.device == "cuda" else {"fixed_shape": "prefix"}
     for name, form in forms.items():
         gens[name] = FixedShapeSequenceGenerator([model], task.target_dictionary, beam_size=args.beam, max_len_a=0,
                                                  max_len_b=args.out_len, min_len=args.out_len, step_form=form)

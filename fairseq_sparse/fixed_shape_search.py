@@ -17,17 +17,19 @@ scores (tests/unit/test_fixed_shape_search.py), written so that a step has no ho
   penalty) comes from a step tensor.
 
 Two forms of one step (:meth:`FixedShapeSequenceGenerator._step`): ``prefix`` gives the decoder the target prefix and
-reads the buffers up to the step (shapes grow with the step: the eager form, the default on the CPU), ``fixed`` gives
-it the step's token and reads the whole buffers, masked after the step (the same shapes at every step). On CUDA the
-fixed form is captured in a CUDA graph once per shape (:class:`StepGraphs`) and replayed; models whose state a graph
-cannot replay (state per hypothesis that is replaced rather than updated in place, such as coverage attention;
-n-gram blocking, which reads tokens on the host) decode eagerly, and the reason is logged once.
+reads the buffers up to the step (shapes grow with the step: the eager form), ``fixed`` gives it the step's token and
+reads the whole buffers, masked after the step (the same shapes at every step). On CUDA the fixed form is captured in a
+CUDA graph once per shape (:class:`StepGraphs`) and replayed. The default, ``auto``, uses the graphs where they can
+run and fairseq's own search elsewhere (on the CPU; models whose state a graph cannot replay: state per hypothesis
+that is replaced rather than updated in place, such as coverage attention; n-gram blocking, which reads tokens on the
+host), the reason logged once: without the graph a step of fixed shape only costs more, since it keeps computing the
+rows of finished sentences that fairseq's search drops.
 """
 import logging
 import math
 from collections import OrderedDict
 from contextlib import ExitStack, contextmanager
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import torch
 from fairseq.models import FairseqIncrementalDecoder
@@ -48,7 +50,8 @@ logger = logging.getLogger(__name__)
 
 #: SequenceGenerator features this search does not implement, each refused before any decoding
 UNSUPPORTED = "sampling, diverse beam search, prefix tokens, constraints, --match-source-len, an LM, --print-alignment"
-#: the forms of a step (module docstring); "auto": fixed and captured where CUDA graphs can replay it, else prefix
+#: the forms of a step (module docstring); "auto": fixed and captured where CUDA graphs can replay it, else
+#: fairseq's own search
 STEP_FORMS = ("auto", "prefix", "fixed")
 
 #: encoder-decoder attention whose incremental state is the sentence's memory only (keys, values, padding mask, log
@@ -340,19 +343,26 @@ class FixedShapeSequenceGenerator(SequenceGenerator):
                     return f"{type(module).__name__} keeps state per hypothesis that a step replaces"
         return None
 
-    def _form(self, decoders, capacity: int, device) -> (bool, bool):
-        """(fixed form?, captured?) for this call; the reason for the prefix form is logged once."""
-        if self.step_form == "prefix" or (self.step_form == "auto" and device.type != "cuda"):
+    def _form(self, decoders, capacity: int, device) -> Optional[Tuple[bool, bool]]:
+        """(fixed form?, captured?) for this call; None where ``auto`` has no CUDA graph to replay (on the CPU, or a
+        model the fixed form cannot run): fairseq's own search then, which drops finished sentences from the batch
+        while an eager step of fixed shape still computes their rows (slower on a CPU with real batches, and on a GPU
+        without the graph: reports/2026-11-27-fixed-shape-search-h200); the reason is logged once."""
+        if self.step_form == "prefix":
             return False, False
         reason = self.why_not_fixed(decoders, capacity)
-        if reason is None:
-            return True, self.graphs is not None and device.type == self.graphs.device_type
+        captured = self.graphs is not None and device.type == self.graphs.device_type
         if self.step_form == "fixed":
-            raise ValueError(f"the fixed-shape search cannot give this model steps of fixed shape: {reason}")
+            if reason is not None:
+                raise ValueError(f"the fixed-shape search cannot give this model steps of fixed shape: {reason}")
+            return True, captured
+        if reason is None and captured:
+            return True, True
+        reason = reason or (f"no CUDA graph on {device.type}" if device.type != "cuda" else "CUDA graphs are off")
         if reason not in self._told:
             self._told.add(reason)
-            logger.info("fixed-shape search: eager steps, no CUDA graph (%s)", reason)
-        return False, False
+            logger.info("fixed-shape search: fairseq's own search, faster without a CUDA graph (%s)", reason)
+        return None
 
     @torch.no_grad()
     def _generate(self, sample: Dict[str, Dict[str, Tensor]], prefix_tokens: Optional[Tensor] = None,
@@ -366,11 +376,14 @@ class FixedShapeSequenceGenerator(SequenceGenerator):
         bsz, src_len = src_tokens.size()[:2]
         max_len = min(int(self.max_len_a * src_len + self.max_len_b), self.max_len - 1)
         assert self.min_len <= max_len, "min_len cannot be larger than max_len, please adjust these!"
-        rows = torch.arange(bsz, device=src_tokens.device).repeat_interleave(self.beam_size)
         decoders = [m.decoder for m in self.model.models] if self.model.has_incremental_states() else []
+        form = self._form(decoders, max_len + 1, src_tokens.device)
+        if form is None:
+            return super()._generate(sample, prefix_tokens, constraints, bos_token)
+        fixed, captured = form
+        rows = torch.arange(bsz, device=src_tokens.device).repeat_interleave(self.beam_size)
         beams = Beams(bsz, self.beam_size, max_len, self.eos if bos_token is None else bos_token, self.pad, self.eos,
                       self.vocab_size, src_tokens.device)
-        fixed, captured = self._form(decoders, max_len + 1, src_tokens.device)
         with ExitStack() as stack:
             shared = stack.enter_context(one_memory_row(self.model.models, bool(decoders)))
             # batches of nearby lengths share a graph; the maximum output length stays that of the batch as given
@@ -405,7 +418,7 @@ class FixedShapeSequenceGenerator(SequenceGenerator):
             if failure is None:
                 return run.beams.hypotheses()
         logger.warning("fixed-shape search: a CUDA graph could not be captured or replayed (%s: %s); this generator "
-                       "decodes with eager steps from now on", type(failure).__name__, failure)
+                       "decodes without CUDA graphs from now on", type(failure).__name__, failure)
         self.graphs = None
         return self._generate(sample, prefix_tokens, constraints, bos_token)
 

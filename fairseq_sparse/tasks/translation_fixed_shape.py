@@ -28,8 +28,9 @@ class TranslationFixedShapeConfig(TranslationConfig):
                                      "reads the device only then; the result does not depend on it)"})
     fixed_shape_step_form: ChoiceEnum(STEP_FORMS) = field(
         default="auto", metadata={"help": "auto: steps of fixed shape captured in CUDA graphs on a GPU where the "
-                                          "model allows it, eager steps over the growing prefix otherwise; prefix: "
-                                          "always eager; fixed: steps of fixed shape (captured on a GPU), refused "
+                                          "model allows it, fairseq's own search otherwise (on the CPU too: faster "
+                                          "without a graph); prefix: the fixed-shape search's eager steps over the "
+                                          "growing prefix; fixed: steps of fixed shape (captured on a GPU), refused "
                                           "for a model that cannot have them"})
     fixed_shape_max_graphs: int = field(
         default=4, metadata={"help": "CUDA graphs kept, one per batch shape (least recently used dropped); 0: none, "

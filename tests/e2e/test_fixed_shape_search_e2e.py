@@ -10,7 +10,8 @@ import pytest
 from conftest import USER_DIR
 from helpers.cli import generate_argv, per_sentence_lines, run_main
 
-FIXED = ["--task", "translation_fixed_shape"]
+# the search's own steps (its default, auto, runs fairseq's search on the CPU)
+FIXED = ["--task", "translation_fixed_shape", "--fixed-shape-step-form", "prefix"]
 FLAGS = {
     "beam5_nbest_lenpen_unkpen_ragged": ["--beam", "5", "--nbest", "3", "--lenpen", "0.6", "--unkpen", "1.5",
                                          "--batch-size", "7"],
@@ -85,7 +86,7 @@ def test_the_hub_interface_translates_as_the_translation_task_does(l0drop_ckpt, 
 
     with open(os.path.join(corpus["raw"], "test.src"), encoding="utf-8") as f:
         sources = [line.strip() for line in f][:8]
-    fixed = use_fixed_shape_search(hub(), fixed_shape_stop_every=2)
+    fixed = use_fixed_shape_search(hub(), fixed_shape_stop_every=2, fixed_shape_step_form="prefix")
     assert isinstance(fixed.task.build_generator(fixed.models, fixed.cfg.generation), FixedShapeSequenceGenerator)
     assert fixed.task.cfg.fixed_shape_stop_every == 2 and fixed.task.cfg.source_lang == "src"
     assert fixed.translate(sources, beam=4) == hub().translate(sources, beam=4)

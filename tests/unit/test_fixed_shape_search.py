@@ -2,6 +2,7 @@
 SequenceGenerator's hypotheses and scores for the stock transformer and every architecture of the plugin, and for
 every generation option it accepts; what it cannot honour is refused in one line before decoding. Random tiny
 models built in-process, eager on the CPU."""
+import logging
 import types
 
 import pytest
@@ -60,7 +61,7 @@ def gated(model, seed=0):
     return model
 
 
-def decode(model, d, sample, flags, fixed, step_form="auto"):
+def decode(model, d, sample, flags, fixed, step_form="prefix"):
     task = (TranslationFixedShapeTask(TranslationFixedShapeConfig(fixed_shape_step_form=step_form), d, d) if fixed
             else None)
     if task is None:
@@ -347,3 +348,28 @@ def test_settings_out_of_range_are_refused_in_one_line_before_decoding(setting, 
     assert "\n" not in message and f"--{setting.replace('_', '-')}" in message and str(value) in message
     with pytest.raises(ValueError, match="must be a whole number"):
         FixedShapeSequenceGenerator([model], d, beam_size=4, **{setting[len("fixed_shape_"):]: value})
+
+
+def test_auto_without_a_cuda_graph_is_fairseqs_own_search(caplog):
+    """``auto`` on the CPU (no CUDA graph to replay) decodes with fairseq's own search, which drops finished sentences
+    (an eager step of fixed shape computes their rows: slower there), and says so once; ``prefix`` runs the search's
+    own steps. Both give fairseq's hypotheses."""
+    from fairseq_sparse import fixed_shape_search
+
+    model, d = built("transformer", 2.5)
+    sample = sources(d)
+    steps = []
+    original = fixed_shape_search.FixedShapeSequenceGenerator._step
+    with pytest.MonkeyPatch.context() as mp, caplog.at_level(logging.INFO, logger="fairseq_sparse.fixed_shape_search"):
+        mp.setattr(fixed_shape_search.FixedShapeSequenceGenerator, "_step",
+                   lambda self, run, step: steps.append(step) or original(self, run, step))
+        task = TranslationFixedShapeTask(TranslationFixedShapeConfig(), d, d)  # auto, the default
+        gen = task.build_generator([model], generation_args(["--max-len-b", "15", "--beam", "4"]))
+        with torch.no_grad():
+            auto = [gen.generate([model], sample) for _ in range(2)]
+        assert steps == [] and caplog.text.count("fairseq's own search, faster without a CUDA graph") == 1
+        prefix = decode(model, d, sample, ["--beam", "4"], fixed=True, step_form="prefix")
+        assert steps, "prefix ran no step of the fixed-shape search"
+    ref = decode(model, d, sample, ["--beam", "4"], fixed=False)
+    for out in (*auto, prefix):
+        assert_same(out, ref)
