@@ -23,7 +23,8 @@ CUDA graph once per shape (:class:`StepGraphs`) and replayed. The default, ``aut
 run and fairseq's own search elsewhere (on the CPU; models whose state a graph cannot replay: state per hypothesis
 that is replaced rather than updated in place, such as coverage attention; n-gram blocking, which reads tokens on the
 host), the reason logged once: without the graph a step of fixed shape only costs more, since it keeps computing the
-rows of finished sentences that fairseq's search drops.
+rows of finished sentences that fairseq's search drops (0.78x fairseq-generate on the CPU, a trained checkpoint:
+reports/2026-11-27-fixed-shape-search-cpu-trained).
 """
 import logging
 import math
@@ -295,6 +296,17 @@ def decoder_flag(decoders, name: str, value):
             setattr(d, name, v)
 
 
+def check_settings(stop_every: int, step_form: str, max_graphs: int, source_bucket: int):
+    """ValueError naming the flag of the first setting out of range."""
+    if step_form not in STEP_FORMS:
+        raise ValueError(f"step form {step_form!r}: choose from {', '.join(STEP_FORMS)}")
+    for name, value, low in (("stop_every", stop_every, 1), ("max_graphs", max_graphs, 0),
+                             ("source_bucket", source_bucket, 1)):
+        if not isinstance(value, int) or value < low:
+            raise ValueError(f"{name} (--fixed-shape-{name.replace('_', '-')}) must be a whole number >= {low}, "
+                             f"got {value!r}")
+
+
 class FixedShapeSequenceGenerator(SequenceGenerator):
     """fairseq's SequenceGenerator with a fixed-shape ``_generate`` (module docstring). ``stop_every``: the steps
     between two host reads of whether every sentence is finished (finished sentences are frozen meanwhile, so the
@@ -310,13 +322,7 @@ class FixedShapeSequenceGenerator(SequenceGenerator):
             raise ValueError(f"the fixed-shape search is beam search only ({UNSUPPORTED} are not supported)")
         if self.match_source_len or self.lm_model is not None:
             raise ValueError(f"the fixed-shape search does not support {UNSUPPORTED}")
-        if step_form not in STEP_FORMS:
-            raise ValueError(f"step form {step_form!r}: choose from {', '.join(STEP_FORMS)}")
-        for name, value, low in (("stop_every", stop_every, 1), ("max_graphs", max_graphs, 0),
-                                 ("source_bucket", source_bucket, 1)):
-            if not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} (--fixed-shape-{name.replace('_', '-')}) must be a whole number >= {low}, "
-                                 f"got {value!r}")
+        check_settings(stop_every, step_form, max_graphs, source_bucket)
         self.stop_every, self.step_form, self.source_bucket = stop_every, step_form, source_bucket
         self.graphs = StepGraphs(max_graphs) if max_graphs > 0 else None
         self._told = set()
@@ -344,10 +350,8 @@ class FixedShapeSequenceGenerator(SequenceGenerator):
         return None
 
     def _form(self, decoders, capacity: int, device) -> Optional[Tuple[bool, bool]]:
-        """(fixed form?, captured?) for this call; None where ``auto`` has no CUDA graph to replay (on the CPU, or a
-        model the fixed form cannot run): fairseq's own search then, which drops finished sentences from the batch
-        while an eager step of fixed shape still computes their rows (slower on a CPU with real batches, and on a GPU
-        without the graph: reports/2026-11-27-fixed-shape-search-h200); the reason is logged once."""
+        """(fixed form?, captured?) for this call; None where ``auto`` has no CUDA graph to replay: fairseq's own
+        search then, faster without one (module docstring); the reason is logged once."""
         if self.step_form == "prefix":
             return False, False
         reason = self.why_not_fixed(decoders, capacity)

@@ -20,7 +20,7 @@ from conftest import REPO
     (["--size", "tiny", "--layer-sparsity", "0.1,0.2"], "2 values for 1 gates"),
     (["--size", "tiny", "--layer-sparsity", "paper"], "6 encoder layers"),
     (["--layer-sparsity", "0.3,0.2"], "must not decrease"),
-    (["--lengths", "25,2000"], "--lengths 2000"),
+    (["--lengths", "25,3000"], "--lengths 3000"),
     (["--variants", "layers,composed"], "keep it in the list"),
     (["--variants", "stock,fast"], "--variants"),
     (["--json", "NO/x.json"], "directory does not exist"),

@@ -13,7 +13,7 @@ from conftest import REPO
 
 @pytest.mark.parametrize("args, msg", [
     (["--lengths", "25,x"], "--lengths"),
-    (["--lengths", "25,2000"], "--lengths 2000"),
+    (["--lengths", "25,3000"], "--lengths 3000"),
     (["--sparsity", "1.5"], "--sparsity"),
     (["--variants", "pruned,fast"], "--variants"),
     (["--path", "NO.pt", "--data", "."], "checkpoint not found"),
