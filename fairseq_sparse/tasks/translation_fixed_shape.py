@@ -33,8 +33,8 @@ class TranslationFixedShapeConfig(TranslationConfig):
                                           "growing prefix; fixed: steps of fixed shape (captured on a GPU), refused "
                                           "for a model that cannot have them"})
     fixed_shape_max_graphs: int = field(
-        default=4, metadata={"help": "CUDA graphs kept, one per batch shape (least recently used dropped); 0: none, "
-                                     "the fixed-shape steps run eagerly"})
+        default=4, metadata={"help": "CUDA graphs kept, one per batch shape (least recently used dropped); 0: none "
+                                     "(auto then runs fairseq's search, fixed its steps eagerly)"})
     fixed_shape_source_bucket: int = field(
         default=16, metadata={"help": "where steps are captured in CUDA graphs, sources are padded (masked) to a "
                                       "multiple of this many tokens, so that batches of nearby lengths share a graph; "
