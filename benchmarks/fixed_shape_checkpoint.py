@@ -16,7 +16,6 @@ Usage:
 """
 import argparse
 import os
-import re
 import shlex
 import statistics
 import subprocess
@@ -47,6 +46,8 @@ def parse_args(argv=None):
     p.add_argument("--fp16", action="store_true", help="fp16 runs too (CUDA only)")
     p.add_argument("--json", help="write the results here")
     args = p.parse_args(argv)
+    from fairseq_sparse.cli.common import ToolError, check_output_files, device_error
+
     for path, what in ((args.data, "the data-bin"), (args.path, "--path")):
         if not os.path.exists(path):
             p.error(f"{what} {path} does not exist")
@@ -55,6 +56,17 @@ def parse_args(argv=None):
             p.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.fp16 and args.device != "cuda":
         p.error("--fp16 needs --device cuda (fairseq-generate decodes fp16 on a GPU only)")
+    if device_error(args.device):
+        p.error(device_error(args.device))
+    for option in ("generate_args", "fixed_shape_args"):
+        try:
+            shlex.split(getattr(args, option))
+        except ValueError as e:
+            p.error(f"--{option.replace('_', '-')}: {e}")
+    try:  # never over the checkpoint or a file of the data-bin
+        check_output_files([("--json", args.json)], overwrite=True, inputs=[args.path], data=args.data)
+    except ToolError as e:
+        p.error(str(e))
     return args
 
 
@@ -68,19 +80,19 @@ def command(args, search, fp16):
 
 
 def run_once(cmd):
-    """(wall seconds, generation seconds, {id: H text}, {id: D text}, {id: T text}) of one fairseq-generate run."""
+    """(wall seconds, generation seconds, {id: H text}, {id: D text}, {id: T text}) of one fairseq-generate run, its
+    output read as the recipe reads it."""
+    from fairseq_sparse.recipe.evaluation import decode_seconds, generate_lines
+
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - start
-    if proc.returncode != 0:
+    seconds = decode_seconds(proc.stdout + proc.stderr)
+    if proc.returncode != 0 or seconds is None:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    lines = {kind: {} for kind in "HDT"}
-    for line in proc.stdout.splitlines():
-        m = re.match(r"([HDT])-(\d+)\t(.*)$", line)
-        if m:
-            lines[m.group(1)][int(m.group(2))] = m.group(3).split("\t")[-1]
-    generated = re.search(r"Translated [\d,]+ sentences \([\d,]+ tokens\) in ([0-9.]+)s", proc.stdout + proc.stderr)
-    return wall, float(generated.group(1)) if generated else None, lines["H"], lines["D"], lines["T"]
+    lines = generate_lines(proc.stdout)
+    text = {kind: {i: fields[-1] if fields else "" for i, fields in lines[kind].items()} for kind in "HDT"}
+    return wall, seconds, text["H"], text["D"], text["T"]
 
 
 def main(argv=None):

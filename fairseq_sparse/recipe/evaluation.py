@@ -47,10 +47,9 @@ class Evaluation:
                                       "13a" if self.a.tokenizer == "moses" else "none", self.a.rouge_impl)
         # fairseq-generate has no machine-readable output: its end-of-run lines are read as printed
         sparsity = re.search(r"L0Drop sparsity rate ([\d.]+)%", out)
-        speed = re.search(r"Translated [\d,]+ sentences .* in ([\d.]+)s", out)
         return {"score": score, **details, "sentences": len(ids), "checkpoint": checkpoint,
                 "l0drop_sparsity": float(sparsity.group(1)) / 100 if sparsity else None,
-                "decode_seconds": float(speed.group(1)) if speed else None,
+                "decode_seconds": decode_seconds(out),
                 "parameters": parameters(self.wd.path(checkpoint)),
                 "hypotheses": [[hyps[i], scores.get(i)] for i in ids], "references": [refs[i] for i in ids]}
 
@@ -202,6 +201,12 @@ class Evaluation:
             if u in control:
                 p["control_score"] = self.generate(*self.at_updates(BY_NAME["control"], u, control))["score"]
         return points
+
+
+def decode_seconds(out):
+    """The decoding time fairseq-generate prints at its end ("Translated N sentences ... in X s"), or None."""
+    speed = re.search(r"Translated [\d,]+ sentences .* in ([\d.]+)s", out)
+    return float(speed.group(1)) if speed else None
 
 
 def generate_lines(out):

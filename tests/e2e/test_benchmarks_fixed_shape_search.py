@@ -40,8 +40,10 @@ def test_fixed_shape_checkpoint_benchmark_on_a_trained_checkpoint(corpus, stock_
     """benchmarks/fixed_shape_checkpoint.py: both searches through fairseq-generate on a trained checkpoint, fp32 on
     the CPU: the same hypotheses, the same BLEU, a generation time each; --fp16 on the CPU refused before any run."""
     out_json = tmp_path / "ckpt.json"
+    # the search's own eager steps (its default on the CPU is fairseq's search)
     cmd = [sys.executable, CHECKPOINT_SCRIPT, corpus["bin"], "--path", stock_transformer_ckpt, "--rounds", "1",
-           "--beam", "4", "--batch-size", "16", "--json", str(out_json)]
+           "--beam", "4", "--batch-size", "16", "--fixed-shape-args", "--fixed-shape-step-form prefix",
+           "--json", str(out_json)]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = {r["search"]: r for r in json.loads(out_json.read_text())["results"]}
@@ -51,3 +53,6 @@ def test_fixed_shape_checkpoint_benchmark_on_a_trained_checkpoint(corpus, stock_
     assert rows["fixed_shape"]["generate_s"] > 0 and rows["fairseq"]["speedup_generate"] == 1.0
     refused = subprocess.run(cmd[:-2] + ["--fp16"], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert refused.returncode == 2 and "--fp16 needs --device cuda" in refused.stderr
+    kept = open(stock_transformer_ckpt, "rb").read()
+    over = subprocess.run(cmd[:-1] + [stock_transformer_ckpt], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert over.returncode == 2 and "--json" in over.stderr and open(stock_transformer_ckpt, "rb").read() == kept
