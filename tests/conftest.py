@@ -58,10 +58,14 @@ def pytest_configure(config):
 # The costliest test files run first, the rest in collection order: scripts/test.sh hands out whole files to the
 # pytest-xdist workers in this order (--no-loadscope-reorder: pytest-xdist 3.x otherwise hands out the files
 # with the most tests first, and the end-to-end recipe, one test of 328 s of CPU time, went last and kept one worker
-# busy alone). CPU seconds per file, TEST_CPU_LOG run of 2026-11-27: the recipe variants 228, test_cli 197 (it
-# builds the shared stock and L0Drop checkpoints), the end-to-end recipe 194 (the unit tests, which need none, come
-# next on the other worker); the GPU study's plumbing test (154) among these balanced the workers worse.
-FIRST = [os.path.join("e2e", name) for name in ("test_recipe.py", "test_recipe_variants.py", "test_cli.py")]
+# busy alone). A worker is handed its next file when two tests of its files are left: the end-to-end recipe (8 tests,
+# the first one long) takes test_cli (23 tests) on, the recipe variants (25) the GPU study's plumbing test (one test);
+# the GPU study right after the recipe sent it and test_cli to the same worker (566 of 1,350 s, 14 min 31 s). CPU
+# seconds per file, TEST_CPU_LOG run of 2026-11-27 with the console scripts in this process: the recipe variants
+# 248-283, the end-to-end recipe 205-230, the GPU study 155-176, test_cli 148-160 (it builds the shared stock and
+# L0Drop checkpoints); the rest, 370-500 s, fills in.
+FIRST = [os.path.join("e2e", name) for name in ("test_recipe_variants.py", "test_recipe.py", "test_cli.py",
+                                                "test_gpu_study.py")]
 
 
 def run_order(item) -> int:
@@ -108,9 +112,17 @@ def console(name):
     return os.path.join(BIN, name)
 
 
-def run(cmd, cwd=None, check=True, **kwargs):
-    """Run a console script; on failure show its output."""
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, **kwargs)
+def run(cmd, cwd=None, check=True, console=False, env=None, input=None):
+    """Run a console script, through its entry point in this process (helpers/console.py) unless ``console`` asks
+    for a new interpreter (one such run per tool: the real console script starts), the script reads ``input`` on
+    stdin or is not one of this environment's console scripts (python, a script by path); on failure show its
+    output."""
+    from helpers.console import entry_point, run_in_process
+
+    if console or input is not None or os.path.dirname(cmd[0]) != BIN or not entry_point(os.path.basename(cmd[0])):
+        proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env, input=input)
+    else:
+        proc = run_in_process(cmd, cwd=cwd, env=env)
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
     return proc
@@ -129,10 +141,11 @@ def refused_in_process(main, argv, capsys, status=2) -> str:
     return err
 
 
-def fairseq_train(data_bin, save_dir, extra, max_update):
-    cmd = [console("fairseq-train"), data_bin, "--user-dir", USER_DIR, "--save-dir", save_dir,
+def fairseq_train(data_bin, save_dir, extra, max_update, console=False):
+    """fairseq-train on TRAIN_COMMON; the session's checkpoints come from the real console script (its smoke run)."""
+    cmd = [BIN + "/fairseq-train", data_bin, "--user-dir", USER_DIR, "--save-dir", save_dir,
            "--max-update", str(max_update)] + TRAIN_COMMON + extra
-    return run(cmd)
+    return run(cmd, console=console)
 
 
 def built_once(tmp_path_factory, name, build):
@@ -158,7 +171,7 @@ def _make_corpus(root):
     raw = make_corpus(os.path.join(root, "raw"), train=4000, valid=100, test=60, min_len=2, max_len=12)
     run([console("fairseq-preprocess"), "--source-lang", "src", "--target-lang", "tgt",
          "--trainpref", f"{raw}/train", "--validpref", f"{raw}/valid", "--testpref", f"{raw}/test",
-         "--destdir", os.path.join(root, "bin"), "--joined-dictionary", "--workers", "1"])
+         "--destdir", os.path.join(root, "bin"), "--joined-dictionary", "--workers", "1"], console=True)
 
 
 @pytest.fixture(scope="session")
@@ -173,7 +186,7 @@ def stock_transformer_ckpt(corpus, tmp_path_factory):
     """A stock fairseq `transformer` trained briefly (the converged model of the paper's recipe)."""
     save = built_once(tmp_path_factory, "stock", lambda save: fairseq_train(
         corpus["bin"], save, ["--arch", "transformer", "--criterion", "label_smoothed_cross_entropy",
-                              "--label-smoothing", "0.1"] + TINY_MODEL, max_update=400))
+                              "--label-smoothing", "0.1"] + TINY_MODEL, max_update=400, console=True))
     return os.path.join(save, "checkpoint_last.pt")
 
 
@@ -187,7 +200,7 @@ def l0drop_ckpt(corpus, stock_transformer_ckpt, tmp_path_factory):
         # fine-tuning needs a larger step than the paper's 50k updates do. With this under-trained
         # tiny model lambda 0.3 closes no gate in 200 updates; 1.0 prunes about half the states.
         "--lr", "5e-3", "--warmup-updates", "30",
-    ] + TINY_MODEL, max_update=200))
+    ] + TINY_MODEL, max_update=200, console=True))
     return os.path.join(save, "checkpoint_last.pt")
 
 

@@ -28,7 +28,8 @@ def test_console_tool_on_the_stock_transformer(stock_transformer_ckpt, corpus, t
     gold, src, tgt = write_gold(corpus, tmp_path)
     out = tmp_path / "out"
     proc = run([console("fairseq-sparse-attention"), corpus["bin"], "--path", stock_transformer_ckpt,
-                "--output-dir", str(out), "--gold", gold, "--batch-size", "16", "--no-progress-bar"])
+                "--output-dir", str(out), "--gold", gold, "--batch-size", "16", "--no-progress-bar"],
+               console=True)
     for name in ("layers.tsv", "heads.tsv", "attention.json", "alignment.txt", "layers.png",
                  "entropy_heads.png", "max_weight_heads.png"):
         assert (out / name).is_file() and (out / name).stat().st_size > 0, name

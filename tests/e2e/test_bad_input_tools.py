@@ -6,6 +6,7 @@ import os
 import pytest
 
 from conftest import TINY_MODEL, TRAIN_COMMON, USER_DIR, console, run
+from helpers.cli import IN_PROCESS_LOADER
 
 # a model that is only built and loaded, never judged by its quality
 FEW = ["--max-tokens", "400", "--log-interval", "1"]
@@ -28,7 +29,7 @@ def test_prune_heads_refuses_a_model_that_cannot_be_built(corpus, tmp_path):
     mask.write_text(json.dumps({"encdec": [[0, 1, 1, 1], [1, 1, 1, 1]]}))
     out = tmp_path / "pruned.pt"
     proc = run([console("fairseq-sparse-prune-heads"), "--path", f"{save}/checkpoint_last.pt", "--head-mask",
-                str(mask), "--output", str(out)], check=False)
+                str(mask), "--output", str(out)], check=False, console=True)
     assert proc.returncode == 2, proc.stderr[-3000:]
     errors = [line for line in proc.stderr.splitlines() if "error:" in line]
     assert errors == [errors[0]] and "the pruned model cannot be built" in errors[0], proc.stderr[-3000:]
@@ -106,7 +107,7 @@ def test_pos_model_still_decodes_a_tagged_split(corpus, pos_model):
     ckpt, tags = pos_model
     run([console("fairseq-generate"), corpus["bin"], "--user-dir", USER_DIR, "--path", ckpt, "--task",
          "translation_source_tags", "--source-tags-dir", tags, "--cpu", "--beam", "2", "--gen-subset", "valid",
-         "--max-tokens", "2000"])
+         "--max-tokens", "2000"] + IN_PROCESS_LOADER)
 
 
 def test_universal_pos_tags_are_refused_before_training(corpus, tmp_path):

@@ -75,7 +75,7 @@ def test_refused_in_process_before_training(case, corpus, tmp_path, monkeypatch,
 def test_refused_before_training_with_status_1(case, corpus, tmp_path):
     args, message = CASES[case]
     save = tmp_path / "save"
-    proc = run([console("fairseq-train")] + train_argv(corpus, save, args), check=False)
+    proc = run([console("fairseq-train")] + train_argv(corpus, save, args), check=False, console=True)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 1, log[-3000:]
     assert message in log, log[-3000:]

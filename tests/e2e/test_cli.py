@@ -1,4 +1,5 @@
-"""End-to-end tests of the real console scripts (fairseq-train / fairseq-generate) on the tiny corpus.
+"""End-to-end tests of fairseq-train and fairseq-generate on the tiny corpus (run through their entry points in this
+process, one through the real console script: tests/helpers/console.py).
 
 What a user of the plugin does: decode an L0Drop checkpoint with stock ``fairseq-generate`` (pruned
 and unpruned decoding must agree), decode stock checkpoints with torch's safe loader, fine-tune from a
@@ -18,9 +19,9 @@ import pytest
 import fairseq_sparse  # noqa: F401  (allowlists fairseq's checkpoint classes in this process too)
 from conftest import USER_DIR, console, run
 from fairseq_sparse.synthetic_corpus import N_CONTENT
-from helpers.cli import (ENV, GEN_FIX, L0DROP, N_TEST, assert_same_decoding, file_fingerprint, free_port, generate,
-                         generate_cmd, log_records, parse_generate, safe_load, sparsity_line, train, train_cmd,
-                         with_mixed_gates)
+from helpers.cli import (ENV, GEN_FIX, IN_PROCESS_LOADER, L0DROP, N_TEST, assert_same_decoding, file_fingerprint,
+                         free_port, generate, generate_cmd, log_records, parse_generate, safe_load, sparsity_line, train,
+                         train_cmd, with_mixed_gates)
 
 # gates that start half open (g_hat = 0.5, P(g = 0) = 0.17 in training): fine-tuning drops states from
 # the first update on, so the dropped-state code paths (masking, zero states) run in training
@@ -92,7 +93,8 @@ def test_generate_l0drop_pruned_equals_unpruned(corpus, l0drop_ckpt):
 def test_generate_ensemble_reports_sparsity_once(corpus, l0drop_ckpt):
     """Two L0Drop models decode: one end-of-run line (fairseq's log format) counting both models' sources."""
     single = sparsity_line(generate(corpus["bin"], l0drop_ckpt))
-    proc = generate(corpus["bin"], l0drop_ckpt + os.pathsep + l0drop_ckpt)
+    # the real console script: the line is logged as its process ends (fairseq-generate's smoke run)
+    proc = generate(corpus["bin"], l0drop_ckpt + os.pathsep + l0drop_ckpt, console=True)
     lines = (proc.stdout + proc.stderr).splitlines()
     ours = next(l for l in lines if "L0Drop sparsity rate" in l)
     translated = next(l for l in lines if "Translated " in l and "fairseq_cli.generate" in l)
@@ -150,9 +152,9 @@ def test_generate_decodes_every_sentence_without_batch_multiple_flag(corpus, sto
     """Without --required-batch-size-multiple 1, stock fairseq-generate decodes 56 of the 60 sentences
     (batches of 32 + 28, the last not a multiple of 8, dropped); with the plugin, all 60."""
     cmd = generate_cmd(corpus["bin"], stock_transformer_ckpt)
-    assert cmd[-2:] == GEN_FIX
-    cmd = cmd[:-2]
-    proc = run(cmd, env=ENV)
+    at = cmd.index(GEN_FIX[0])
+    assert cmd[at:at + 2] == GEN_FIX
+    proc = run(cmd[:at] + cmd[at + 2:], env=ENV)
     assert len(parse_generate(proc.stdout)["H"]) == N_TEST
 
 
@@ -385,7 +387,8 @@ def test_bad_input_fails_early_and_keeps_existing_checkpoint(case, corpus, reque
 
 def gates_cmd(data, ckpt, gates_output, extra=()):
     return [console("fairseq-sparse-gates"), data, "--user-dir", USER_DIR, "--path", str(ckpt), "--gen-subset",
-            "test", "--gates-output", str(gates_output), "--cpu", "--batch-size", "16"] + list(extra)
+            "test", "--gates-output", str(gates_output), "--cpu", "--batch-size", "16"] + IN_PROCESS_LOADER \
+        + list(extra)
 
 
 def truncated_copy(ckpt, path):
@@ -399,7 +402,7 @@ def truncated_copy(ckpt, path):
 
 def test_gates_tool_dumps_every_source_token(corpus, l0drop_ckpt, tmp_path):
     out, summary = tmp_path / "gates.tsv", tmp_path / "by_token.tsv"
-    proc = run(gates_cmd(corpus["bin"], l0drop_ckpt, out, ["--token-summary", str(summary)]), env=ENV)
+    proc = run(gates_cmd(corpus["bin"], l0drop_ckpt, out, ["--token-summary", str(summary)]), env=ENV, console=True)
     lines = out.read_text().splitlines()
     assert lines[0] == "id\tposition\ttoken\tgate\tpruned"
     rows = [line.split("\t") for line in lines[1:]]

@@ -10,6 +10,7 @@ import torch
 
 import fairseq_sparse  # noqa: F401  (registers the models)
 from conftest import TINY_MODEL, USER_DIR, console, fairseq_train, run
+from helpers.cli import IN_PROCESS_LOADER
 from fairseq_sparse.models.transformer_head_gates import HeadGatesTransformerModel
 from fairseq_sparse.analysis.sparsity_curve import read_state
 from fairseq_sparse.models.transformer_l0drop import L0DropTransformerModel
@@ -87,6 +88,6 @@ def test_train_with_entropy_and_generate(corpus, stock_transformer_ckpt, tmp_pat
     assert w.abs().sum() > 0  # the coverage weight moved away from 0
     out = run([console("fairseq-generate"), corpus["bin"], "--user-dir", USER_DIR, "--path",
                f"{save}/checkpoint_last.pt", "--beam", "4", "--batch-size", "16", "--cpu", "--gen-subset",
-               "test"]).stdout
+               "test"] + IN_PROCESS_LOADER).stdout
     assert sum(line.startswith("H-") for line in out.splitlines()) == 60
     assert not math.isnan(float(out.strip().splitlines()[-1].split("BLEU4 = ")[1].split(",")[0]))

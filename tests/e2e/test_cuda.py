@@ -43,13 +43,13 @@ def on_cuda(cmd):
 
 
 def cuda_train(data_bin, save_dir, extra, max_update=UPDATES, check=True):
-    proc = run(on_cuda(train_cmd(data_bin, str(save_dir), extra, max_update)), check=check, env=ENV)
+    proc = run(on_cuda(train_cmd(data_bin, str(save_dir), extra, max_update)), check=check, env=ENV, console=True)
     proc.log = proc.stdout + proc.stderr
     return proc
 
 
 def cuda_generate(data_bin, ckpt, extra=()):
-    return run(on_cuda(generate_cmd(data_bin, ckpt, extra)), env=ENV)
+    return run(on_cuda(generate_cmd(data_bin, ckpt, extra)), env=ENV, console=True)
 
 
 def full_memory(data_bin, ckpt):
@@ -129,9 +129,9 @@ def test_tools_run_on_cuda(corpus, amp_trained, tmp_path):
     """A tool with --device cuda (its own loop: model and batches on the GPU) and one on fairseq's parser."""
     ckpt = amp_trained["l0drop_target"].ckpt
     run([console("fairseq-sparse-attention-analysis"), corpus["bin"], "--path", ckpt, "--gen-subset", "test",
-         "--output-dir", str(tmp_path / "att"), "--device", "cuda", "--no-progress-bar"], env=ENV)
+         "--output-dir", str(tmp_path / "att"), "--device", "cuda", "--no-progress-bar"], env=ENV, console=True)
     assert os.path.exists(tmp_path / "att")
     gates = tmp_path / "gates.tsv"
     run([console("fairseq-sparse-l0drop-gates"), corpus["bin"], "--user-dir", USER_DIR, "--path", ckpt,
-         "--gen-subset", "test", "--gates-output", str(gates), "--batch-size", "16"], env=ENV)
+         "--gen-subset", "test", "--gates-output", str(gates), "--batch-size", "16"], env=ENV, console=True)
     assert gates.exists()

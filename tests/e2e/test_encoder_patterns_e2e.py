@@ -140,7 +140,8 @@ def test_pos_tags_tool_tags_words_not_pieces(tmp_path):
     src = tmp_path / "test.bpe.en"
     src.write_text("There are new@@ york prices of 3 packages .\n\nthe cat\n")
     out = tmp_path / "test.tags"
-    proc = run([console("fairseq-sparse-pos-tags"), "--input", str(src), "--output", str(out)], check=False)
+    proc = run([console("fairseq-sparse-pos-tags"), "--input", str(src), "--output", str(out)], check=False,
+               console=True)
     if proc.returncode != 0 and "spacy-model" in proc.stderr:
         pytest.skip("spaCy's English model is not installed")
     lines = out.read_text().split("\n")

@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from conftest import TINY_MODEL, USER_DIR, console, fairseq_train, refused_in_process, run
+from helpers.cli import IN_PROCESS_LOADER
 
 GEN = ["--beam", "4", "--max-len-b", "30"]
 
@@ -36,7 +37,7 @@ def export(ckpt, out, *extra, check=True):
 def fairseq_generate(ckpt, data):
     """{sentence id: (hypothesis, score in natural log)} of fairseq-generate on the test split."""
     proc = run([console("fairseq-generate"), data, "--user-dir", USER_DIR, "--path", ckpt, "--gen-subset", "test",
-                "--cpu", "--max-tokens", "2000"] + GEN)
+                "--cpu", "--max-tokens", "2000"] + IN_PROCESS_LOADER + GEN)
     hyps = {}
     for line in proc.stdout.splitlines():
         if line.startswith("H-"):
@@ -220,6 +221,7 @@ def test_refused_before_any_work(stock_transformer_ckpt, tmp_path, capsys):
         assert message in refused_in_process(main, argv, capsys), argv
         assert not out.exists()
     out.write_text("keep me")
-    proc = run([console("fairseq-sparse-export"), "--path", stock_transformer_ckpt, "--output", str(out)], check=False)
+    proc = run([console("fairseq-sparse-export"), "--path", stock_transformer_ckpt, "--output", str(out)], check=False,
+               console=True)
     assert proc.returncode == 2 and "pass --overwrite" in proc.stderr and "Traceback" not in proc.stderr
     assert out.read_text() == "keep me"

@@ -107,7 +107,7 @@ def test_console_tool_end_to_end(stock_transformer_ckpt, corpus, tmp_path):
     out = tmp_path / "out"
     proc = run([console("fairseq-sparse-head-analysis"), corpus["bin"], "--path", stock_transformer_ckpt,
                 "--output-dir", str(out), "--max-sentences", "20", "--batch-size", "8", "--conllu", conllu,
-                "--rare-min-rank", "13", "--no-progress-bar"])
+                "--rare-min-rank", "13", "--no-progress-bar"], console=True)
     for name in ("heads.tsv", "heads.json", "confidence.png", "function.png"):
         assert (out / name).is_file() and (out / name).stat().st_size > 0, name
     with open(out / "heads.tsv") as f:

@@ -186,7 +186,7 @@ def test_prune_curve_console_end_to_end(corpus, stock_transformer_ckpt, loaded, 
     out, mask = tmp_path / "out", tmp_path / "mask.json"
     run([console("fairseq-sparse-heads"), "prune-curve", corpus["bin"], "--path", stock_transformer_ckpt,
          "--output-dir", str(out), "--importance-max-sentences", "24", "--modes", "all", "encdec",
-         "--write-mask", str(mask), "--prune-fraction", "0.5", "--no-progress-bar"] + EVAL)
+         "--write-mask", str(mask), "--prune-fraction", "0.5", "--no-progress-bar"] + EVAL, console=True)
     for f in ["curve.tsv", "curve.json", "curve.png", "importance.tsv", "importance.json",
               "importance_enc.png", "importance_dec.png", "importance_encdec.png"]:
         assert (out / f).stat().st_size > 0, f

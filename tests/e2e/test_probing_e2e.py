@@ -62,7 +62,7 @@ def test_probe_cli_bad_input(corpus, stock_transformer_ckpt, tmp_path, capsys):
         assert message in refused_in_process(main, probe_cmd(corpus["bin"], stock_transformer_ckpt, out, extra)[1:],
                                              capsys), extra
         assert not os.path.exists(out)
-    proc = run(probe_cmd(corpus["bin"], str(tmp_path / "missing.pt"), out), check=False)
+    proc = run(probe_cmd(corpus["bin"], str(tmp_path / "missing.pt"), out), check=False, console=True)
     assert proc.returncode == 2 and "checkpoint not found" in proc.stderr
 
 

@@ -119,7 +119,8 @@ def test_recipe_refuses_unknown_language_code(raw_corpus, tmp_path):
     shutil.copytree(raw_corpus, bad)
     for split in ("train", "valid", "test"):
         os.rename(bad / f"{split}.de", bad / f"{split}.qq")
-    proc = run(RECIPE + ["--corpus", str(bad), "-s", "en", "-t", "qq", "--work-dir", str(tmp_path / "w")], check=False)
+    proc = run(RECIPE + ["--corpus", str(bad), "-s", "en", "-t", "qq", "--work-dir", str(tmp_path / "w")], check=False,
+               console=True)  # the recipe's console script once
     assert proc.returncode != 0 and "no Moses tokeniser rules for language code 'qq'" in proc.stderr
 
 

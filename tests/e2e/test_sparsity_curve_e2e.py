@@ -65,7 +65,7 @@ def test_schedule_checkpoints_and_curve(corpus, schedule_run, tmp_path):
     out = str(tmp_path / "curve")
     proc = run([console("fairseq-sparse-sparsity-curve"), corpus["bin"], "--user-dir", USER_DIR, "--save-dir", save,
                 "--baseline", control, "--output-prefix", out, "--function-words", str(tmp_path / "fw.txt")] + EVAL,
-               env=ENV)
+               env=ENV, console=True)
     rows = _read_tsv(out + ".tsv")
     assert list(rows[0]) == sc.COLUMNS
     assert [r["baseline"] for r in rows] == ["1", "0", "0"]

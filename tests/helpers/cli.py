@@ -27,6 +27,9 @@ L0DROP = ["--arch", "transformer_l0drop", "--criterion", "label_smoothed_cross_e
 # fairseq (main branch, facebookresearch/fairseq#5036) silently drops the last batch unless its size is a
 # multiple of --required-batch-size-multiple (default 8): only 56 of the 60 test sentences would be decoded
 GEN_FIX = ["--required-batch-size-multiple", "1"]
+# batches loaded in the decoding process: a data-loader worker forked from a test process (a pytest-xdist worker, with
+# its threads) held each in-process decoding about 5-15 s past its end (about 280 s of idle wall time in a run)
+IN_PROCESS_LOADER = ["--num-workers", "0"]
 SPARSITY_RE = re.compile(
     r"fairseq_sparse(?: \| |:)L0Drop sparsity rate ([\d.]+)% \((\d+) of (\d+) source tokens pruned, (\d+) sentences; "
     r"pruned decoding (on|off)\)"
@@ -39,19 +42,19 @@ def train_cmd(data_bin, save_dir, extra, max_update=10):
              "--max-update", str(max_update)] + TRAIN_COMMON + FAST + TINY_MODEL + extra)
 
 
-def train(data_bin, save_dir, extra, max_update=10, check=True):
-    proc = run(train_cmd(data_bin, save_dir, extra, max_update), check=check, env=ENV)
+def train(data_bin, save_dir, extra, max_update=10, check=True, console=False):
+    proc = run(train_cmd(data_bin, save_dir, extra, max_update), check=check, env=ENV, console=console)
     proc.log = proc.stdout + proc.stderr
     return proc
 
 
 def generate_cmd(data, ckpt, extra=()):
     return [console("fairseq-generate"), data, "--user-dir", USER_DIR, "--path", ckpt, "--beam", "4",
-            "--batch-size", "32", "--gen-subset", "test", "--cpu"] + GEN_FIX + list(extra)
+            "--batch-size", "32", "--gen-subset", "test", "--cpu"] + GEN_FIX + IN_PROCESS_LOADER + list(extra)
 
 
-def generate(data, ckpt, extra=(), check=True):
-    return run(generate_cmd(data, ckpt, extra), check=check, env=ENV)
+def generate(data, ckpt, extra=(), check=True, console=False):
+    return run(generate_cmd(data, ckpt, extra), check=check, env=ENV, console=console)
 
 
 def parse_generate(stdout):
@@ -168,7 +171,7 @@ def per_sentence_lines(stdout):
 
 def generate_argv(corpus, path, flags):
     return [corpus["bin"], "--user-dir", USER_DIR, "--path", path, "--gen-subset", "test", "--cpu",
-            "--max-tokens", "2000"] + list(flags)
+            "--max-tokens", "2000"] + IN_PROCESS_LOADER + list(flags)
 
 
 def run_main(script, argv, stdin=None):
