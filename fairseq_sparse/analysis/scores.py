@@ -63,6 +63,12 @@ def split_sentences(text):
     return "\n".join(s for s in SENTENCE_END.sub("\\1\n", text.strip()).split("\n") if s.strip())
 
 
+def lead(text):
+    """The lead baseline's summary of TEXT: its first sentence by :func:`split_sentences`' rule (lead-1; the
+    lead-3 of See, Liu & Manning 2017 on CNN/DailyMail, for one-sentence summaries)."""
+    return split_sentences(text).split("\n", 1)[0]
+
+
 def rouge_python(hyps, refs, samples=1000):
     """rouge-score's ROUGE-1/2/Lsum F1 (Porter stemmer, tokens: lowercased [a-z0-9] runs, as ROUGE-1.5.5 with
     ``-m``), averaged over documents; the 95% interval from rouge-score's BootstrapAggregator (percentiles of

@@ -10,7 +10,7 @@ from .lengths import check_decoded
 from .methods import BUDGET_DECODINGS, BY_NAME, Method
 from .options import CHAR_BOUNDARY, decoding_changes
 from .workdir import checkpoint_identity
-from ..analysis.scores import corpus_score, scorer_identity
+from ..analysis.scores import corpus_score, lead, scorer_identity
 from ..cli.common import kept_heads_path
 
 
@@ -47,11 +47,25 @@ class Evaluation:
                                       "13a" if self.a.tokenizer == "moses" else "none", self.a.rouge_impl)
         # fairseq-generate has no machine-readable output: its end-of-run lines are read as printed
         sparsity = re.search(r"L0Drop sparsity rate ([\d.]+)%", out)
-        return {"score": score, **details, "sentences": len(ids), "checkpoint": checkpoint,
+        # summarisation: each test source's lead sentence as the model read it (BPE removed, truncated), for the
+        # lead baseline beside the models
+        leads = {"leads": [lead(lines["S"][i][0]) for i in ids]} if self.a.metric == "rouge" else {}
+        return {"score": score, **details, "sentences": len(ids), "checkpoint": checkpoint, **leads,
                 "l0drop_sparsity": float(sparsity.group(1)) / 100 if sparsity else None,
                 "decode_seconds": decode_seconds(out),
                 "parameters": parameters(self.wd.path(checkpoint)),
                 "hypotheses": [[hyps[i], scores.get(i)] for i in ids], "references": [refs[i] for i in ids]}
+
+    def lead_baseline(self, baseline):
+        """The lead baseline of summarisation beside the models: the ROUGE of each test source's first sentence
+        (``leads`` of the baseline's decoding) and the baseline's paired bootstrap against it, or None where the
+        decoding kept no leads (BLEU, or decoded before they were kept)."""
+        if "leads" not in baseline:
+            return None
+        score, details = corpus_score("rouge", baseline["leads"], baseline["references"], rouge_impl=self.a.rouge_impl)
+        lead_row = {"hypotheses": [[h, None] for h in baseline["leads"]], "references": baseline["references"]}
+        return {"score": score, **details, "documents": len(baseline["leads"]),
+                "baseline_against_lead": paired_test_of(self.a, lead_row, baseline)}
 
     def checkpoint(self, m: Method):
         """The checkpoint the report decodes for M (relative to WORK); heads cut out first where M has head gates."""
@@ -243,6 +257,13 @@ def paired_test_of(a, control, row):
 
     return paired_test(a.metric, [h for h, _ in control["hypotheses"]], [h for h, _ in row["hypotheses"]],
                        row["references"], "13a" if a.tokenizer == "moses" else "none")
+
+
+def distinct_outputs(row):
+    """Distinct outputs per test input (1: every input got its own output): a summariser that writes the same
+    few texts whatever it reads scores near 0."""
+    hyps = [h for h, _ in row["hypotheses"]]
+    return round(len(set(hyps)) / len(hyps), 4) if hyps else None
 
 
 def same_hypotheses(x, y):

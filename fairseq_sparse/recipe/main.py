@@ -5,7 +5,7 @@ import signal
 import time
 
 from . import corpus, lengths, training
-from .evaluation import Evaluation, same_hypotheses, significance
+from .evaluation import Evaluation, distinct_outputs, same_hypotheses, significance
 from .methods import BY_NAME, CONTROL_OF, METHODS, STEP_SUMMARY, STEPS, updates_of
 from .options import fail, parse_args
 from .budget import budget_rows, decode_budget_points, plot_gap
@@ -73,8 +73,9 @@ class Recipe:
             fail("report: the baseline is not trained yet (run --steps baseline first)")
         speed_rows, noise = speed_results(self.wd)
         reported = [m for m in finished if m.name in rows]
-        results = {"models": {n: {k: v for k, v in r.items() if k not in ("hypotheses", "references")}
-                              for n, r in rows.items()},
+        results = {"models": {n: {**{k: v for k, v in r.items() if k not in ("hypotheses", "references", "leads")},
+                                  "distinct_outputs": distinct_outputs(r)} for n, r in rows.items()},
+                   "lead": self.ev.lead_baseline(rows["baseline"]),
                    "significance": significance(self.a, rows, CONTROL_OF),
                    "heads": {m.name: self.ev.heads_kept(m.name) for m in reported if m.heads_cut_out(self.a)},
                    "attention": {m.name: self.ev.attention_analysis(m.name) for m in reported if m.attention_analysed},

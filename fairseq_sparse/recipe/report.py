@@ -143,6 +143,24 @@ def model_table(a, models, heads, significance):
     return lines + [""] + (notes + [""] if significance else [])
 
 
+def reading_lines(a, models, lead):
+    """Summarisation: whether the models read their input: the lead baseline beside them and their distinct
+    outputs per test document."""
+    if a.metric != "rouge":
+        return []
+    lines = []
+    if lead:
+        test = lead["baseline_against_lead"]
+        lines.append(f"- lead baseline (each test source's first sentence, as the models read it): "
+                     f"{metric_name(a)} {score_cell(lead)}; the baseline {models['baseline']['score'] - lead['score']:+.2f} "
+                     f"against it (p = {test['p_value']:.3f}).")
+    shares = [f"{n} {r['distinct_outputs']:.0%}" for n, r in models.items() if r.get("distinct_outputs") is not None]
+    if shares:
+        lines.append("- distinct outputs per test document (a summariser that writes the same text whatever it "
+                     "reads: near 0%): " + ", ".join(shares) + ".")
+    return lines + [""] if lines else []
+
+
 def exactness_lines(results):
     """Pruned decoding against the full memory, per model that was decoded both ways."""
     lines = []
@@ -256,7 +274,8 @@ def render(results):
     models = results["models"]
     return (header(a, models) + length_lines(a, results.get("lengths"))
             + training_lines(a, results.get("stopped", {}))
-            + model_table(a, models, results["heads"], results.get("significance", {})) + exactness_lines(results)
+            + model_table(a, models, results["heads"], results.get("significance", {}))
+            + reading_lines(a, models, results.get("lead")) + exactness_lines(results)
             + attention_lines(results["attention"]) + speed_lines(results["speed"], results.get("noise", []))
             + curve_lines(a, results["curve"]) + budget_lines(a, results.get("budget", {}))
             + plot_lines(results.get("plots", []))

@@ -4,6 +4,10 @@ positions following the cut, the decoding settings on fairseq-generate, every te
 import json
 import random
 
+import pytest
+
+from fairseq_sparse.analysis.scores import corpus_score, lead
+
 from conftest import console, run
 
 RECIPE = [console("fairseq-sparse-recipe")]
@@ -60,10 +64,21 @@ def test_summarisation_with_truncated_long_documents(tmp_path):
         assert long > 0  # some documents of every split were cut
     results = json.loads((work / "results.json").read_text())
     assert results["models"]["baseline"]["sentences"] == 10  # every test document decoded
+    # the lead baseline beside the models: ROUGE of each test source's first sentence (Moses tokens leave ROUGE's
+    # lowercased alphanumeric tokens as they are), the baseline's paired test against it; distinct outputs
+    sources = (corpus / "test.source").read_text().splitlines()
+    targets = (corpus / "test.target").read_text().splitlines()
+    expected, _ = corpus_score("rouge", [lead(s) for s in sources], targets)
+    lead_row = results["lead"]
+    assert lead_row["score"] == pytest.approx(expected, abs=0.01) and lead_row["documents"] == 10
+    assert 0 <= lead_row["baseline_against_lead"]["p_value"] <= 1
+    distinct = results["models"]["baseline"]["distinct_outputs"]
+    assert 0 < distinct <= 1
     assert results["lengths"]["positions"][0] == N + 1
     test = counts["splits"]["test"]
     report = (work / "REPORT.md").read_text()
     assert f"- Sources cut to their first {N} tokens" in report and f"test {test['truncated']} of 10" in report
+    assert f"ROUGE-L (summary-level) {lead_row['score']:.2f} [" in report and f"baseline {distinct:.0%}" in report
     # the positions follow the cut in training and decoding; the decoding settings reach fairseq-generate
     assert f"--max-source-positions {N + 1}" in (work / "commands" / "baseline.sh").read_text()
     generate = [l for l in (work / "commands" / "report.sh").read_text().splitlines() if "fairseq-generate" in l]

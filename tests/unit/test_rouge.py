@@ -4,7 +4,8 @@ official ROUGE-1.5.5 Perl script (skipped where Perl's XML::Parser or rouge-metr
 import numpy as np
 import pytest
 
-from fairseq_sparse.analysis.scores import corpus_score, rouge155_missing, split_sentences
+from fairseq_sparse.analysis.scores import corpus_score, lead, rouge155_missing, split_sentences
+from fairseq_sparse.recipe.evaluation import distinct_outputs
 
 # (hypothesis, reference): one line each, several sentences, the overlaps varied (word order, stemming,
 # punctuation, numbers, hyphens, quotes, sentences swapped, dropped or added, an empty hypothesis)
@@ -72,6 +73,14 @@ def test_split_sentences_rule():
     assert split_sentences("  no end punctuation\n") == "no end punctuation"
     assert split_sentences("tokenised text . with spaces !  and more") == "tokenised text .\nwith spaces !\nand more"
     assert split_sentences("") == ""
+
+
+def test_lead_is_the_first_sentence_and_distinct_outputs_count_texts():
+    assert lead("  Fast parser . It reads XML! More.") == "Fast parser ."
+    assert lead("no end punctuation at all") == "no end punctuation at all" and lead("") == ""
+    outputs = {"hypotheses": [["a tool", -1.0], ["a tool", -2.0], ["a library", -1.0], ["a tool", -0.5]]}
+    assert distinct_outputs(outputs) == 0.5  # two texts for four inputs
+    assert distinct_outputs({"hypotheses": [["x", 0.0], ["y", 0.0]]}) == 1.0
 
 
 def test_identical_texts_score_100_with_a_zero_width_interval():
