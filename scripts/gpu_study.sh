@@ -23,8 +23,9 @@
 # (checkpoints relative to a work dir, each seed's, or SEED:PATH for one seed's: e.g. "baseline/checkpoint_best.pt
 # 1:l0drop/checkpoint_last.pt") is copied
 # there at the end as model-only fp16 checkpoints, $OUT/s<seed>_<dir>_<file> (the device tool brings back at most
-# 8 files of 16 MiB: 3+3 x 256 with an 8k vocabulary is about 15 MB in fp16), for the CPU's benchmarks and
-# analyses, or to carry back to a later GPU run.
+# 8 files of 16 MiB: one over BRING_BACK_MIB, default 15.5, comes as parts s<seed>_<dir>_<name>.partKofN.pt, which
+# `scripts/checkpoint_parts.py join` puts together; 3+3 x 256 with an 8k vocabulary is 23.6 MB in fp16, two parts),
+# for the CPU's benchmarks and analyses, or to carry back to a later GPU run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [[ $# -ge 3 ]] || { echo "usage: gpu_study.sh WORK_PREFIX SEEDS PHASE [PHASE ...]  (RECIPE_ARGS: the recipe's options)"; exit 2; }
@@ -75,7 +76,7 @@ pack() {
     tar -czf "$OUT/study.tgz" --exclude='*.pt' --exclude=data-bin --exclude=tok "${dirs[@]}"
 }
 
-bring_back() {  # model-only copies: fairseq reads a checkpoint without its optimiser state
+bring_back() {  # model-only fp16 copies, in parts where one is over the device tool's 16 MiB
     [[ -n "${OUT:-}" && -n "${BRING_BACK:-}" ]] || return 0
     local entry seed ckpt
     for entry in $BRING_BACK; do
@@ -83,13 +84,9 @@ bring_back() {  # model-only copies: fairseq reads a checkpoint without its opti
             ckpt=$entry
             if [[ "$entry" == *:* ]]; then [[ "${entry%%:*}" == "$seed" ]] || continue; ckpt=${entry#*:}; fi
             [[ -f "$PREFIX$seed/$ckpt" ]] || { echo "  bring back $PREFIX$seed/$ckpt: none"; continue; }
-            "$(dirname "$RECIPE")/python" - "$PREFIX$seed/$ckpt" "$OUT/s${seed}_${ckpt//\//_}" <<'EOF_PY' || echo "  bring back $PREFIX$seed/$ckpt: failed"
-import sys, torch
-state = torch.load(sys.argv[1], map_location="cpu", weights_only=False)
-state.pop("last_optimizer_state", None)
-state["model"] = {k: v.half() if v.is_floating_point() else v for k, v in state["model"].items()}
-torch.save(state, sys.argv[2])
-EOF_PY
+            "$(dirname "$RECIPE")/python" scripts/checkpoint_parts.py split "$PREFIX$seed/$ckpt" \
+                "$OUT/s${seed}_${ckpt//\//_}" --max-mib "${BRING_BACK_MIB:-15.5}" > /dev/null \
+                || echo "  bring back $PREFIX$seed/$ckpt: failed"
         done
     done
 }

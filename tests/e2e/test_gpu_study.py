@@ -3,6 +3,7 @@ seeds side by side under a wall-clock bound, every fine-tuning beside its equal-
 the report per seed, the pack and the model-only fp16 checkpoints), as the GPU runs it."""
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -26,7 +27,8 @@ def test_one_call_one_study_in_plumbing_mode(raw_corpus, tmp_path):
     args = TINY + ["--baseline-updates", "400", "--baseline-minutes", "0.05", "--validate-interval-updates", "10",
                    "--budget-points", "10,20", "--corpus", str(raw_corpus), "-s", "en", "-t", "de"]
     env = dict(os.environ, VENV=os.path.dirname(os.path.dirname(sys.executable)), DEVICE="cpu", THREADS="1", OUT=str(out), SECONDS_LEFT="800",
-               RECIPE_ARGS=" ".join(args), BRING_BACK="baseline/checkpoint_best.pt 1:l0drop/checkpoint_last.pt")
+               RECIPE_ARGS=" ".join(args), BRING_BACK="baseline/checkpoint_best.pt 1:l0drop/checkpoint_last.pt",
+               BRING_BACK_MIB="0.05")  # 51 KiB a file: the tiny checkpoints come back in parts
     subprocess.run([os.path.join(os.path.dirname(sys.executable), "fairseq-sparse-recipe"), *args, "--work-dir", prefix + "1",
                     "--steps", "prepare", "--device", "cpu", "--quiet"], check=True, capture_output=True)
     done = subprocess.run(["bash", SCRIPT, prefix, "1 2", "baseline", "control,l0drop"], env=env,
@@ -54,8 +56,17 @@ def test_one_call_one_study_in_plumbing_mode(raw_corpus, tmp_path):
         names = t.getnames()
     assert any(n.endswith("W2/results.json") for n in names) and not any(n.endswith(".pt") for n in names)
     brought = sorted(os.listdir(out))
-    assert brought == ["s1_baseline_checkpoint_best.pt", "s1_l0drop_checkpoint_last.pt",
-                       "s2_baseline_checkpoint_best.pt", "study.tgz"], brought
-    state = read_state(str(out / "s1_l0drop_checkpoint_last.pt"))  # fairseq's safe loader reads it
+    stems = sorted({re.sub(r"\.part\d+of\d+\.pt$", ".pt", name) for name in brought})
+    assert stems == ["s1_baseline_checkpoint_best.pt", "s1_l0drop_checkpoint_last.pt",
+                     "s2_baseline_checkpoint_best.pt", "study.tgz"], brought
+    parts = sorted(str(out / n) for n in brought if n.startswith("s1_l0drop_checkpoint_last.part"))
+    assert len(parts) > 1 and all(os.path.getsize(p) <= 0.05 * 2**20 for p in parts), parts
+    joined = tmp_path / "s1_l0drop.pt"
+    subprocess.run([sys.executable, os.path.join(REPO, "scripts", "checkpoint_parts.py"), "join", str(joined), *parts],
+                   check=True, capture_output=True)
+    state = read_state(str(joined))  # fairseq's safe loader reads it
     assert "last_optimizer_state" not in state
     assert {v.dtype for v in state["model"].values() if v.is_floating_point()} == {torch.float16}
+    trained = read_state(f"{prefix}1/l0drop/checkpoint_last.pt")["model"]
+    assert list(state["model"]) == list(trained)
+    assert all(torch.equal(state["model"][k], v.half() if v.is_floating_point() else v) for k, v in trained.items())
