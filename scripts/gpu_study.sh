@@ -16,7 +16,8 @@
 # truncation.json) instead of preparing again. SECONDS_LEFT: the whole script's wall-clock budget, install
 # included (default: none): every recipe process is stopped when it runs out, the packing still runs, and a stopped
 # fine-tuning resumes from its last checkpoint in the next call. THREADS: --threads of each process (default 2).
-# DEVICE=cpu: the plumbing mode on a CPU (the test suite runs it on tiny data; no install). VENV: the environment
+# DEVICE=cpu: the plumbing mode on a CPU (the test suite runs it on tiny data; no install). CHECK_ONLY=1: the
+# recipe's checks of the options, steps and inputs only, nothing run. VENV: the environment
 # whose fairseq-sparse-recipe runs (default: python3's). Each process's output:
 # WORK/study.STEP.out. Where $OUT is set (the device tool's), the work dirs without their checkpoints (nor
 # data-bin and tok) are packed into $OUT/study.tgz after every phase and after the report, and BRING_BACK
@@ -49,6 +50,7 @@ first=${SEEDS%% *}
 # shellcheck disable=SC2086
 "$(dirname "$RECIPE")/python" -c 'import sys; from fairseq_sparse.recipe.main import checked; checked(sys.argv[1:])' \
     ${RECIPE_ARGS//\{seed\}/$first} --device "${DEVICE:-cuda}" --work-dir "$PREFIX$first" --steps "$(IFS=,; echo "$*"),report" || exit 2
+[[ -z "${CHECK_ONLY:-}" ]] || { echo "gpu_study.sh: options, steps and inputs checked (CHECK_ONLY: nothing run)"; exit 0; }
 for seed in $SEEDS; do
     W=$PREFIX$seed
     if [[ ! -d "$W/data-bin" && -d "$PREFIX$first/data-bin" ]]; then

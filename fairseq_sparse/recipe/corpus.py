@@ -127,12 +127,13 @@ def data_key(a, data):
     return key
 
 
-def check_prepared(a, wd, data):
+def check_prepared(a, wd, data, keep=True):
     """A work dir whose data was made from another corpus or with other preparation options (or another
-    --data-bin) is refused before any work, with the options that differ: its data-bin would be used as it is."""
+    --data-bin) is refused before any work, with the options that differ: its data-bin would be used as it is.
+    The data's key is kept in the work dir unless KEEP is false (the checks before any work write nothing)."""
     made = any(os.path.exists(wd.path(p)) for p in ("data-bin", "tok", "baseline"))
     wd.keep_key("keys/data.json", data_key(a, data), "the data", "use a new --work-dir, or the same options and "
-                "corpus", exists=made)
+                "corpus", exists=made, keep=keep)
 
 
 def check_inputs(a, data):

@@ -56,17 +56,6 @@ class Evaluation:
                 "parameters": parameters(self.wd.path(checkpoint)),
                 "hypotheses": [[hyps[i], scores.get(i)] for i in ids], "references": [refs[i] for i in ids]}
 
-    def lead_baseline(self, baseline):
-        """The lead baseline of summarisation beside the models: the ROUGE of each test source's first sentence
-        (``leads`` of the baseline's decoding) and the baseline's paired bootstrap against it, or None where the
-        decoding kept no leads (BLEU, or decoded before they were kept)."""
-        if "leads" not in baseline:
-            return None
-        score, details = corpus_score("rouge", baseline["leads"], baseline["references"], rouge_impl=self.a.rouge_impl)
-        lead_row = {"hypotheses": [[h, None] for h in baseline["leads"]], "references": baseline["references"]}
-        return {"score": score, **details, "documents": len(baseline["leads"]),
-                "baseline_against_lead": paired_test_of(self.a, lead_row, baseline)}
-
     def checkpoint(self, m: Method):
         """The checkpoint the report decodes for M (relative to WORK); heads cut out first where M has head gates."""
         if m.decoding == "best":
@@ -257,6 +246,18 @@ def paired_test_of(a, control, row):
 
     return paired_test(a.metric, [h for h, _ in control["hypotheses"]], [h for h, _ in row["hypotheses"]],
                        row["references"], "13a" if a.tokenizer == "moses" else "none")
+
+
+def lead_baseline(a, baseline):
+    """The lead baseline of summarisation beside the models: the ROUGE of each test source's first sentence
+    (``leads`` of the baseline's decoding) and the baseline's paired bootstrap against it, or None where the
+    decoding kept no leads (BLEU, or decoded before they were kept)."""
+    if "leads" not in baseline:
+        return None
+    score, details = corpus_score("rouge", baseline["leads"], baseline["references"], rouge_impl=a.rouge_impl)
+    lead_row = {"hypotheses": [[h, None] for h in baseline["leads"]], "references": baseline["references"]}
+    return {"score": score, **details, "documents": len(baseline["leads"]),
+            "baseline_against_lead": paired_test_of(a, lead_row, baseline)}
 
 
 def distinct_outputs(row):

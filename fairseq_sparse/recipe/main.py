@@ -5,7 +5,7 @@ import signal
 import time
 
 from . import corpus, lengths, training
-from .evaluation import Evaluation, distinct_outputs, same_hypotheses, significance
+from .evaluation import Evaluation, distinct_outputs, lead_baseline, same_hypotheses, significance
 from .methods import BY_NAME, CONTROL_OF, METHODS, STEP_SUMMARY, STEPS, updates_of
 from .options import fail, parse_args
 from .budget import budget_rows, decode_budget_points, plot_gap
@@ -31,7 +31,7 @@ class Recipe:
         """The models' positions from the prepared data, every length checked (once, before the first step
         after prepare: nothing is dropped, no test document skipped); what the report states of them."""
         if self.lengths is None:
-            corpus.check_prepared(self.a, self.wd, self.data)
+            corpus.check_prepared(self.a, self.wd, self.data, keep=False)
             self.lengths = lengths.fit(self.a, self.wd, self.data)
         return self.lengths
 
@@ -75,7 +75,7 @@ class Recipe:
         reported = [m for m in finished if m.name in rows]
         results = {"models": {n: {**{k: v for k, v in r.items() if k not in ("hypotheses", "references", "leads")},
                                   "distinct_outputs": distinct_outputs(r)} for n, r in rows.items()},
-                   "lead": self.ev.lead_baseline(rows["baseline"]),
+                   "lead": lead_baseline(self.a, rows["baseline"]),
                    "significance": significance(self.a, rows, CONTROL_OF),
                    "heads": {m.name: self.ev.heads_kept(m.name) for m in reported if m.heads_cut_out(self.a)},
                    "attention": {m.name: self.ev.attention_analysis(m.name) for m in reported if m.attention_analysed},
@@ -141,6 +141,8 @@ def main(argv=None):
     recipe = checked(argv)
     args = recipe.a
     os.makedirs(recipe.wd.work, exist_ok=True)  # after the checks: a refused run leaves nothing behind
+    if os.path.isdir(recipe.data):  # the data's key, checked before, kept now
+        corpus.check_prepared(args, recipe.wd, recipe.data)
     # SIGTERM and SIGHUP as Ctrl-C: the running command is stopped and the locks released (the handlers the
     # process had are put back at the end: main may run inside another program)
     before = {signum: signal.signal(signum, _interrupted) for signum in (signal.SIGTERM, signal.SIGHUP)}

@@ -229,16 +229,16 @@ class WorkDir:
             fail(f"step {step} failed (exit {proc.returncode}); last lines of {log_path}:\n{out[-3000:]}")
         return out
 
-    def keep_key(self, key_file, key, product, remedy, exists=True):
+    def keep_key(self, key_file, key, product, remedy, exists=True, keep=True):
         """Refuse to reuse PRODUCT (the prepared data, a trained model) when the KEY it was made with (KEY_FILE,
         relative to WORK: the options and inputs that produced it) differs from this run's: one line naming every
         difference and REMEDY. Where the product does not exist (EXISTS false) or has no key yet, this run's key
-        is kept."""
+        is kept (unless KEEP is false: a check before any work writes nothing)."""
         path = self.path(key_file)
         kept = load_json(path) if exists else None
         if kept is not None and kept != key:
             fail(f"{product} in {self.work} was made with {'; '.join(key_changes(kept, key))}: {remedy}")
-        if kept is None:
+        if kept is None and keep:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             save_json(path, key)
 

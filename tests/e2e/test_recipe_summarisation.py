@@ -2,44 +2,21 @@
 English text): Moses with --tokenizer-lang, sources cut to --truncate-source BPE tokens and counted per split,
 positions following the cut, the decoding settings on fairseq-generate, every test document decoded (issue 24)."""
 import json
-import random
 
 import pytest
 
 from fairseq_sparse.analysis.scores import corpus_score, lead
 
 from conftest import console, run
+from helpers.recipe import bart_corpus
 
 RECIPE = [console("fairseq-sparse-recipe")]
-WORDS = ("the", "cat", "dog", "sat", "on", "mat", "a", "big", "small", "house", "river", "green", "tree", "runs",
-         "quickly", "under", "bridge", "old", "man", "sees", "bird", "flies", "over", "hill", "child", "reads", "book")
 N = 40  # --truncate-source: BPE tokens
 TINY = ["--layers", "2", "--embed-dim", "32", "--ffn-dim", "64", "--heads", "2", "--bpe-merges", "60",
         "--baseline-updates", "20", "--warmup-updates", "10", "--beam", "2", "--max-tokens", "2000",
         "--baseline-patience", "0", "--threads", "1", "--metric", "rouge"]
 DECODING = ["--lenpen", "1.5", "--min-len", "2", "--max-len-a", "0.1", "--max-len-b", "12",
             "--no-repeat-ngram-size", "2"]
-
-
-def document(rng, words):
-    """Sentences of 4-9 words; its summary: the first sentence's first four words."""
-    sentences, n = [], 0
-    while n < words:
-        k = rng.randint(4, 9)
-        sentences.append(" ".join(rng.choice(WORDS) for _ in range(k)).capitalize() + ".")
-        n += k
-    return " ".join(sentences), " ".join(sentences[0].rstrip(".").split()[:4]) + "."
-
-
-def bart_corpus(root):
-    rng = random.Random(0)
-    sizes = {"train": 160, "valid": 12, "test": 10}
-    for split, n in sizes.items():
-        # short documents and long ones (60-90 words: more than N tokens after Moses and BPE)
-        pairs = [document(rng, rng.randint(60, 90) if i % 3 == 0 else rng.randint(5, 15)) for i in range(n)]
-        (root / f"{split}.source").write_text("".join(d + "\n" for d, _ in pairs))
-        (root / f"{split}.target").write_text("".join(s + "\n" for _, s in pairs))
-    return root
 
 
 def test_summarisation_with_truncated_long_documents(tmp_path):

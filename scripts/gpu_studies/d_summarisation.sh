@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Issue 42, study d: L0Drop on summarisation from GPU-trained summarisers, two seeds side by side, one corpus a call
+# (CORPUS=synopsis: one Debian package description -> its synopsis; CORPUS=mixed: trained on the synopsis and the
+# multi-document training sets together, validated and tested on multi-document inputs, every description of a source
+# package -> its synopsis, up to 1,000 tokens: the CPU study's setting, reports/2026-11-26-summarisation-ddtp-multidoc).
+#   phase 1: the stock 3+3 x 256 baselines, MINUTES of training each (validation every 500 updates, patience 3);
+#   phase 2, side by side, UPDATES updates each: control (no method), L0Drop at target 0.5 (l0drop) and at 0.7
+#            (l0drop_low);
+# then every test document decoded (beam 4, no repeated 3-grams, fp32), ROUGE-1/2/L with bootstrap intervals, the
+# paired bootstrap against the control, the lead baseline (each source's first sentence) and every model's distinct
+# outputs per document beside them (are the summarisers reading their input?), the share pruned by token type (the
+# attention analysis of l0drop), the report; seed 1's two L0Drop checkpoints brought back (fp16, in parts) for the CPU
+# benchmark of long-input decoding against the same model unpruned.
+#
+# Before, on the CPU (the corpora from ../shared/data/ddtp_synopsis.py and ddtp_multidoc.py; mixed: train = both
+# training sets concatenated, valid and test = multidoc's):
+#   fairseq-sparse-recipe --corpus ddtp_synopsis --tokenizer-lang en --truncate-source 1000 --metric rouge \
+#       --work-dir gpu_carry/sum_synopsis --steps prepare --device cpu        # and ddtp_mixed -> gpu_carry/sum_mixed
+# Device call (the data-bin about 10 MB):
+#   run(carry ["wheelhouse", "gpu_carry/sum_synopsis/data-bin"], timeout_s 600): CORPUS=synopsis scripts/gpu_studies/d_summarisation.sh
+# Cut off: at once, on the warm machine, SECONDS_LEFT=<what is left - 20> CORPUS=... scripts/gpu_studies/d_summarisation.sh
+# Planned: install 50 s, phase 1 about 260 s, phase 2 about 150 s of training (six runs) and 80 s of decoding: 540 s.
+source "$(dirname "$0")/common.sh"
+CORPUS=${CORPUS:-synopsis}
+[[ "$CORPUS" == synopsis || "$CORPUS" == mixed ]] || { echo "d_summarisation.sh: CORPUS is synopsis or mixed, not '$CORPUS'"; exit 2; }
+export BRING_BACK=${BRING_BACK-"1:l0drop/checkpoint_last.pt 1:l0drop_low/checkpoint_last.pt"}
+export RECIPE_ARGS="--data-bin $CARRY/sum_$CORPUS/data-bin -s source -t target --tokenizer-lang en $AMP
+  --metric rouge --beam 4 --no-repeat-ngram-size 3
+  --layers 3 --embed-dim 256 --ffn-dim 1024 --heads 4 --dropout 0.2 --lr 0.0015
+  --baseline-updates 100000 --baseline-minutes ${MINUTES:-3.5} --validate-interval-updates ${VALIDATE:-500}
+  --baseline-patience 3 --finetune-updates ${UPDATES:-800} ${POINTS:+--budget-points $POINTS}
+  --l0drop-target 0.5 --l0drop-target-low 0.7"
+study "$CARRY/D_$CORPUS" "${SEEDS:-1 2}" baseline control,l0drop,l0drop_low
