@@ -26,7 +26,8 @@
 # there at the end as model-only fp16 checkpoints, $OUT/s<seed>_<dir>_<file> (the device tool brings back at most
 # 8 files of 16 MiB: one over BRING_BACK_MIB, default 15.5, comes as parts s<seed>_<dir>_<name>.partKofN.pt, which
 # `scripts/checkpoint_parts.py join` puts together; 3+3 x 256 with an 8k vocabulary is 23.6 MB in fp16, two parts),
-# for the CPU's benchmarks and analyses, or to carry back to a later GPU run.
+# for the CPU's benchmarks and analyses, or to carry back to a later GPU run; a checkpoint that would make $OUT hold
+# more than BRING_BACK_FILES files (default 8, what comes back) is left out, with a line saying so.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [[ $# -ge 3 ]] || { echo "usage: gpu_study.sh WORK_PREFIX SEEDS PHASE [PHASE ...]  (RECIPE_ARGS: the recipe's options)"; exit 2; }
@@ -78,19 +79,28 @@ pack() {
     tar -czf "$OUT/study.tgz" --exclude='*.pt' --exclude=data-bin --exclude=tok "${dirs[@]}"
 }
 
-bring_back() {  # model-only fp16 copies, in parts where one is over the device tool's 16 MiB
+bring_back() {  # model-only fp16 copies, in parts where one is over 16 MiB, as long as the 8 files that come back hold them
     [[ -n "${OUT:-}" && -n "${BRING_BACK:-}" ]] || return 0
-    local entry seed ckpt
+    local entry seed ckpt tmp files
+    tmp=$(mktemp -d)
     for entry in $BRING_BACK; do
         for seed in $SEEDS; do
             ckpt=$entry
             if [[ "$entry" == *:* ]]; then [[ "${entry%%:*}" == "$seed" ]] || continue; ckpt=${entry#*:}; fi
             [[ -f "$PREFIX$seed/$ckpt" ]] || { echo "  bring back $PREFIX$seed/$ckpt: none"; continue; }
             "$(dirname "$RECIPE")/python" scripts/checkpoint_parts.py split "$PREFIX$seed/$ckpt" \
-                "$OUT/s${seed}_${ckpt//\//_}" --max-mib "${BRING_BACK_MIB:-15.5}" > /dev/null \
-                || echo "  bring back $PREFIX$seed/$ckpt: failed"
+                "$tmp/s${seed}_${ckpt//\//_}" --max-mib "${BRING_BACK_MIB:-15.5}" > /dev/null \
+                || { echo "  bring back $PREFIX$seed/$ckpt: failed"; rm -f "$tmp"/*; continue; }
+            files=$(( $(find "$OUT" -maxdepth 1 -type f | wc -l) + $(find "$tmp" -type f | wc -l) ))
+            if (( files > ${BRING_BACK_FILES:-8} )); then
+                echo "  bring back $PREFIX$seed/$ckpt: left out ($files files would be more than the ${BRING_BACK_FILES:-8} that come back)"
+                rm -f "$tmp"/*
+            else
+                mv "$tmp"/* "$OUT"/
+            fi
         done
     done
+    rmdir "$tmp"
 }
 
 for phase in "$@"; do
