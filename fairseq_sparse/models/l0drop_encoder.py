@@ -2,6 +2,7 @@
 of Algorithm 1 handed to the decoder in eval mode (Zhang, Titov & Sennrich 2021), the compacted encoder, and the
 sparsity rate of what fairseq's generators decoded (Sec. 6)."""
 import atexit
+import contextlib
 import functools
 import logging
 import sys
@@ -26,21 +27,41 @@ class DecodingStats:
     """Source tokens that fairseq's generators ran through L0Drop encoders in this process, and how many
     were pruned (g_hat = 0): the sparsity rate of Zhang, Titov & Sennrich (2021) Sec. 6. Reported once,
     when the process ends, as a line like fairseq's own end-of-run lines. Only counts are kept (no model
-    is held in memory), summed over every model that decoded (a tool that loads several checkpoints)."""
+    is held in memory), summed over every model that decoded (a tool that loads several checkpoints);
+    :meth:`counting` counts one block of a longer process apart (the hub's ``generate`` in a program)."""
 
-    def __init__(self):
+    def __init__(self, at_exit: bool = True):
         self.sentences = self.src_tokens = self.pruned = 0
         self.modes = set()
-        self.registered = False
+        self.registered = not at_exit
+        self.blocks: List["DecodingStats"] = []
 
     def add(self, gates: Tensor, pad: Tensor, pruned_decoding: bool):
         if not self.registered:
             atexit.register(self.report)
             self.registered = True
-        self.sentences += gates.size(0)
-        self.src_tokens += int((~pad).sum())
-        self.pruned += int(((gates == 0) & ~pad).sum())
-        self.modes.add("on" if pruned_decoding else "off")
+        sentences, tokens, pruned = gates.size(0), int((~pad).sum()), int(((gates == 0) & ~pad).sum())
+        for stats in [self] + self.blocks:
+            stats.sentences += sentences
+            stats.src_tokens += tokens
+            stats.pruned += pruned
+            stats.modes.add("on" if pruned_decoding else "off")
+
+    @contextlib.contextmanager
+    def counting(self):
+        """Count what is decoded inside the block apart, e.g. one call of the hub's ``generate``::
+
+            with DECODING_STATS.counting() as stats:
+                model.translate(sentences)
+            print(stats.line())      # that block's sparsity rate; the process's line at exit still counts it
+
+        Yields a new DecodingStats (``sentences``, ``src_tokens``, ``pruned``, :meth:`line`) reported nowhere."""
+        block = DecodingStats(at_exit=False)
+        self.blocks.append(block)
+        try:
+            yield block
+        finally:
+            self.blocks.remove(block)
 
     def line(self) -> Optional[str]:
         if not self.src_tokens:

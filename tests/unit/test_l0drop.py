@@ -516,3 +516,28 @@ def test_int8_keeps_the_gates_float32_and_prunes_the_same_states():
     int8_out, int8_rows, _ = encoder_rows_seen(int8, src, lengths)
     assert int8_rows == rows
     assert torch.equal(int8_out["l0drop_gates"][0] == 0, out["l0drop_gates"][0] == 0)
+
+
+def test_a_block_of_decoding_is_counted_apart_and_in_the_process_line():
+    """DECODING_STATS.counting(): one block's sparsity rate (the hub's generate in a program), the process's
+    counts (its line at exit) still holding it; decodings outside the block are not in it."""
+    from fairseq_sparse.models.l0drop_encoder import DECODING_STATS
+
+    model, _ = build_l0drop_model()
+    model.eval()
+    with torch.no_grad():  # log alpha = x.w: some gates closed, some open
+        model.encoder.l0drop.log_alpha_proj.weight.normal_(0, 3.0, generator=torch.Generator().manual_seed(0))
+    src, lengths = mixed_length_batch()
+    before = (DECODING_STATS.sentences, DECODING_STATS.src_tokens, DECODING_STATS.pruned)
+    with torch.no_grad():
+        with DECODING_STATS.counting() as block:
+            out = model.encoder.forward_torchscript({"src_tokens": src, "src_lengths": lengths})
+        model.encoder.forward_torchscript({"src_tokens": src, "src_lengths": lengths})  # after the block
+    gates = out["l0drop_gates"][0]
+    pruned = int(((gates == 0) & src.ne(1)).sum())
+    assert (block.sentences, block.src_tokens, block.pruned) == (6, int(lengths.sum()), pruned)
+    assert 0 < pruned < int(lengths.sum())  # gates half open: some states pruned, not all
+    assert block.line().startswith(f"L0Drop sparsity rate {100 * pruned / int(lengths.sum()):.2f}% ")
+    assert (DECODING_STATS.sentences, DECODING_STATS.src_tokens, DECODING_STATS.pruned) == (
+        before[0] + 12, before[1] + 2 * int(lengths.sum()), before[2] + 2 * pruned)
+    assert DECODING_STATS.blocks == [] and not block.blocks
