@@ -1,8 +1,9 @@
 """fairseq_sparse: a fairseq plugin (``--user-dir fairseq_sparse``) for sparser, faster Transformers.
 
 Importing the package registers its models and criterions with fairseq, lets torch's safe
-checkpoint loader (weights_only=True, the default since torch 2.6) read fairseq checkpoints, and keeps
-the last batch that fairseq drops when its size is not a multiple of --required-batch-size-multiple.
+checkpoint loader (weights_only=True, the default since torch 2.6) read fairseq checkpoints, keeps
+the last batch that fairseq drops when its size is not a multiple of --required-batch-size-multiple, and makes
+--no-repeat-ngram-size block repeats where fairseq runs it without its CUDA extension (ngram_block.py).
 
 Bibliography (docstrings and ``--help`` texts cite these by authors and year):
 
@@ -23,4 +24,5 @@ Bibliography (docstrings and ``--help`` texts cite these by authors and year):
 """
 from . import checkpoint_safety  # noqa: F401  (first: fairseq tools may load checkpoints right after)
 from . import last_batch  # noqa: F401
+from . import ngram_block  # noqa: F401
 from . import criterions, models, modules, optim, tasks  # noqa: F401

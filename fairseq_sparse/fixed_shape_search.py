@@ -44,6 +44,7 @@ from .modules.attention_normalisers import NormalisedAttention
 from .modules.count_attention import CountAwareAttention
 from .modules.head_gates import HeadlessAttention
 from .modules.shared_memory import SharedMemoryAttention, TransformerEncoderBase
+from .ngram_block import block_repeated_ngrams
 from .modules.static_cache import StaticCacheSelfAttention, cacheable, static_self_attention, step_positions, \
     why_no_step_positions
 
@@ -334,8 +335,6 @@ class FixedShapeSequenceGenerator(SequenceGenerator):
         """None if the fixed form of the step (and a CUDA graph of it) can run these decoders, else why not."""
         if not decoders:
             return "the model keeps no incremental state"
-        if self.repeat_ngram_blocker is not None:
-            return "--no-repeat-ngram-size reads the tokens on the host"
         if self.token_indices_to_suppress is not None:
             return "the symbols to strip are a host tensor"
         for decoder, movers in zip(decoders, self.movers):
@@ -429,7 +428,7 @@ class FixedShapeSequenceGenerator(SequenceGenerator):
     def _step(self, run: Run, step: int):
         """One beam step at ``run.beams.step``, every step-dependent quantity from that tensor, every update in place
         (fairseq's ``_generate`` loop body, less the removal of finished sentences). ``step``: the same step on the
-        host, read only for the first step's rule, the prefix form's length and n-gram blocking."""
+        host, read only for the first step's rule and the prefix form's length."""
         b, beam = run.beams, self.beam_size
         length = run.length(step)
         for module in run.static:
@@ -446,8 +445,8 @@ class FixedShapeSequenceGenerator(SequenceGenerator):
             lprobs[:, self.token_indices_to_suppress] = -math.inf
         if step == 0:
             b.scores_as(lprobs)
-        if self.repeat_ngram_blocker is not None:
-            lprobs = self.repeat_ngram_blocker(b.tokens, lprobs, b.bsz, beam, step)
+        if self.repeat_ngram_blocker is not None:  # fairseq's kernel's rule, the step read on the device
+            block_repeated_ngrams(b.tokens, lprobs, b.step, self.repeat_ngram_blocker.no_repeat_ngram_size)
         cand_scores, cand_indices, cand_beams = self.search.step(
             0 if step == 0 else 1, lprobs.view(b.bsz, -1, self.vocab_size), b.cumulative.view(b.bsz, beam, 1))
         cand_bbsz_idx = cand_beams + b.offsets

@@ -238,7 +238,10 @@ def _decoding(p):
 def decoding_changes(a):
     """The decoding settings that differ from fairseq's defaults (what a cached decoding is keyed by: results
     decoded with the defaults keep their key)."""
-    return {name: getattr(a, name) for name, default in DECODING_DEFAULTS.items() if getattr(a, name) != default}
+    changes = {name: getattr(a, name) for name, default in DECODING_DEFAULTS.items() if getattr(a, name) != default}
+    if a.no_repeat_ngram_size:  # decodings cached before the plugin's blocker (fairseq_sparse/ngram_block.py) are
+        changes["ngram_blocking"] = "fairseq's kernel rule"  # stale: fairseq's own had blocked nothing on the CPU
+    return changes
 
 
 def get_parser():

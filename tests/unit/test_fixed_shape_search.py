@@ -133,6 +133,20 @@ def test_every_accepted_generation_option_gives_fairseqs_hypotheses(flags):
     assert_same(decode(model, d, sample, flags, fixed=True), decode(model, d, sample, flags, fixed=False))
 
 
+@pytest.mark.parametrize("flags", [["--no-repeat-ngram-size", "2", "--min-len", "12"], ["--no-repeat-ngram-size", "3"]],
+                         ids=" ".join)
+def test_steps_of_fixed_shape_block_repeated_ngrams_as_fairseq_does(flags):
+    """n-gram blocking in the form a CUDA graph captures: the step read on the device (fairseq_sparse/ngram_block.py),
+    the same hypotheses as fairseq's search, none with a repeated n-gram."""
+    model, d = build("transformer")
+    sample = sources(d)
+    out = decode(model, d, sample, flags, fixed=True, step_form="fixed")
+    assert_same(out, decode(model, d, sample, flags, fixed=False))
+    n = int(flags[1])
+    for h in (h["tokens"].tolist() for sentence in out for h in sentence):
+        assert len({tuple(h[i:i + n]) for i in range(len(h) - n + 1)}) == len(h) - n + 1, h
+
+
 def test_the_stop_check_interval_does_not_change_the_result():
     model, d = build("transformer")
     sample = sources(d)

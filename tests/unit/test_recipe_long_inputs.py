@@ -215,8 +215,9 @@ def test_decoding_settings_key_the_cache_only_where_they_differ_from_fairseqs():
     ev = Evaluation(base, None, "bin")
     assert set(ev.decoding_settings()) == {"beam", "batch_size", "metric", "tokenizer", "bpe", "overrides"}
     changed = parsed("--corpus", "c", "-s", "en", "-t", "de", "--lenpen", "0.6", "--no-repeat-ngram-size", "3")
-    assert Evaluation(changed, None, "bin").decoding_settings() == dict(ev.decoding_settings(), lenpen=0.6,
-                                                                        no_repeat_ngram_size=3)
+    # n-gram blocking also names the plugin's blocker: decodings cached while fairseq's blocked nothing are stale
+    assert Evaluation(changed, None, "bin").decoding_settings() == dict(
+        ev.decoding_settings(), lenpen=0.6, no_repeat_ngram_size=3, ngram_blocking="fairseq's kernel rule")
 
 
 def test_the_report_states_truncation_positions_and_decoding():
