@@ -22,7 +22,7 @@
 # Afterwards: python3 scripts/checkpoint_parts.py join ... for the brought-back parts; summarise into a report.
 source "$(dirname "$0")/common.sh"
 export BRING_BACK=${BRING_BACK-"control/checkpoint_last.pt composed/pruned.pt"}
-export RECIPE_ARGS="--data-bin $CARRY/W1/data-bin -s en -t de $AMP
+export RECIPE_ARGS="--data-bin $CARRY/W1/data-bin -s en -t de $AMP --search $SEARCH
   --layers 3 --embed-dim 256 --ffn-dim 1024 --heads 4 --dropout 0.2 --lr 0.0015
   --baseline-updates 100000 --baseline-minutes ${MINUTES:-3} --validate-interval-updates ${VALIDATE:-500}
   --baseline-patience 3 --finetune-updates ${UPDATES:-800} ${POINTS:+--budget-points $POINTS}"

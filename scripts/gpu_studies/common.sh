@@ -7,6 +7,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 2
 export PYTHONUNBUFFERED=1 THREADS=${THREADS:-2} SECONDS_LEFT=${SECONDS_LEFT:-555} DEVICE=${DEVICE:-cuda}
 CARRY=${CARRY:-gpu_carry}
 AMP=${AMP---amp}
+# every decoding with the fixed-shape search (fairseq's hypotheses in fp32, its steps in CUDA graphs: about 6x
+# fairseq's search on an H200, where the decodings were what cut the earlier studies' calls short); on the CPU it is
+# fairseq's own search. SEARCH=fairseq for fairseq's everywhere.
+SEARCH=${SEARCH:-fixed_shape}
 
 study() {  # WORK_PREFIX SEEDS PHASE...
     local log=${OUT:-/tmp}/study.log

@@ -24,7 +24,7 @@ source "$(dirname "$0")/common.sh"
 CORPUS=${CORPUS:-synopsis}
 [[ "$CORPUS" == synopsis || "$CORPUS" == mixed ]] || { echo "d_summarisation.sh: CORPUS is synopsis or mixed, not '$CORPUS'"; exit 2; }
 export BRING_BACK=${BRING_BACK-"1:l0drop/checkpoint_last.pt 1:l0drop_low/checkpoint_last.pt"}
-export RECIPE_ARGS="--data-bin $CARRY/sum_$CORPUS/data-bin -s source -t target --tokenizer-lang en $AMP
+export RECIPE_ARGS="--data-bin $CARRY/sum_$CORPUS/data-bin -s source -t target --tokenizer-lang en $AMP --search $SEARCH
   --metric rouge --beam 4 --no-repeat-ngram-size 3
   --layers 3 --embed-dim 256 --ffn-dim 1024 --heads 4 --dropout 0.2 --lr 0.0015
   --baseline-updates 100000 --baseline-minutes ${MINUTES:-3.5} --validate-interval-updates ${VALIDATE:-500}

@@ -17,7 +17,7 @@
 # (character-level outputs are five times as many steps): about 550 s.
 source "$(dirname "$0")/common.sh"
 export BRING_BACK=${BRING_BACK-"1:l0drop/checkpoint_last.pt 1:control/checkpoint_last.pt"}
-export RECIPE_ARGS="--corpus $CARRY/en-de -s en -t de --char-level $AMP
+export RECIPE_ARGS="--corpus $CARRY/en-de -s en -t de --char-level $AMP --search $SEARCH
   --layers 3 --embed-dim 256 --ffn-dim 1024 --heads 4 --dropout 0.2 --lr 0.0015
   --baseline-updates 100000 --baseline-minutes ${MINUTES:-3.5} --validate-interval-updates ${VALIDATE:-500}
   --baseline-patience 3 --finetune-updates ${UPDATES:-800} ${POINTS:+--budget-points $POINTS} --l0drop-target 0.5"

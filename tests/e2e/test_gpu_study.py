@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tarfile
 
+import pytest
 import torch
 
 from fairseq_sparse.checkpoint_safety import read_state
@@ -77,3 +78,24 @@ def test_one_call_one_study_in_plumbing_mode(raw_corpus, tmp_path):
     trained = read_state(f"{prefix}1/l0drop/checkpoint_last.pt")["model"]
     assert list(state["model"]) == list(trained)
     assert all(torch.equal(state["model"][k], v.half() if v.is_floating_point() else v) for k, v in trained.items())
+
+    # the study's summary over its seeds, from the pack alone (scripts/study_summary.py)
+    sys.path.insert(0, os.path.join(REPO, "scripts"))
+    import study_summary
+
+    summary_json = tmp_path / "summary.json"
+    study_summary.main([str(out / "study.tgz"), "--json", str(summary_json)])
+    summary = json.loads(summary_json.read_text())
+    assert sorted(summary["seeds"]) == ["1", "2"]
+    gaps = []
+    for seed in (1, 2):
+        models = json.loads(open(f"{prefix}{seed}/results.json").read())["models"]
+        row = summary["seeds"][str(seed)]["models"]["l0drop"]
+        assert row["control"] == "control" and row["gap"] == round(models["l0drop"]["score"] - models["control"]["score"], 2)
+        assert row["source_states_pruned"] == models["l0drop"]["l0drop_sparsity"] and row["updates"] == 20
+        assert 0 <= row["p_value"] <= 1
+        gaps.append(row["gap"])
+    assert summary["mean"]["l0drop"] == {"gap": round(sum(gaps) / 2, 2), "seeds": 2, "p_values": [
+        summary["seeds"][s]["models"]["l0drop"]["p_value"] for s in ("1", "2")]}
+    with pytest.raises(SystemExit):  # an existing --json is not overwritten
+        study_summary.main([str(out / "study.tgz"), "--json", str(summary_json)])

@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""One study's summary over its seeds, from what a device call brought back: the study.tgz of scripts/gpu_study.sh
+(or a folder) holding one recipe work dir per seed, each with the report step's results.json. Per seed, every model
+against its equal-updates control (score, gap, the paired bootstrap's p, sparsity, updates/s), the baseline's
+"converged" evidence (the control's gain over the fine-tuning budget, the last validations) and, for summarisation,
+the lead baseline and the distinct outputs; then each model's mean gap over the seeds. Writes JSON and prints a
+Markdown table for the study's report.
+
+    python3 scripts/study_summary.py study.tgz --json reports/DATE-NAME/results.json
+"""
+import argparse
+import glob
+import json
+import os
+import statistics
+import sys
+import tarfile
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from fairseq_sparse.recipe.methods import BY_NAME, CONTROL_OF  # noqa: E402
+
+
+def sparsity(name, row, heads):
+    """The model's share pruned: of source states (L0Drop), else of heads closed."""
+    if row.get("l0drop_sparsity") is not None:
+        return {"source_states_pruned": row["l0drop_sparsity"]}
+    if name in heads and heads[name]["total"][1]:
+        kept, total = heads[name]["total"]
+        return {"heads_closed": round(1 - kept / total, 4)}
+    return {}
+
+
+def seed_summary(results):
+    """One work dir's results.json, summarised: every model against its control."""
+    models, significance, heads = results["models"], results.get("significance", {}), results.get("heads", {})
+    timing = results.get("timing", {})
+    rows = {}
+    for name, row in models.items():
+        control = CONTROL_OF.get(name)
+        out = {"score": row["score"], **sparsity(name, row, heads), "parameters": row["parameters"]}
+        if control in models:
+            out.update(control=control, control_score=models[control]["score"],
+                       gap=round(row["score"] - models[control]["score"], 2),
+                       p_value=(significance.get(name) or {}).get("p_value"))
+        if row.get("distinct_outputs") is not None:
+            out["distinct_outputs"] = row["distinct_outputs"]
+        if name in timing:
+            out["updates"], out["updates_per_second"] = timing[name]["updates"], timing[name]["updates_per_second"]
+        rows[name] = out
+    return {"models": rows, "converged": results.get("converged", {}), "lead": results.get("lead"),
+            "stopped": results.get("stopped", {}).get("baseline")}
+
+
+def summarise(folder):
+    """{seed: seed_summary} of every results.json under FOLDER (a work dir per seed), and each model's mean gap."""
+    seeds = {}
+    for path in sorted(glob.glob(os.path.join(folder, "**", "results.json"), recursive=True)):
+        with open(path) as f:
+            results = json.load(f)
+        if "models" not in results or "settings" not in results:
+            continue  # not a recipe work dir's
+        seed = results["settings"]["seed"]
+        if seed in seeds:
+            raise SystemExit(f"study_summary: two work dirs of seed {seed} ({path})")
+        seeds[seed] = {"work": os.path.relpath(os.path.dirname(path), folder), "metric": results["settings"]["metric"],
+                       **seed_summary(results)}
+    if not seeds:
+        raise SystemExit(f"study_summary: no recipe results.json under {folder}")
+    mean = {}
+    for name in dict.fromkeys(n for s in seeds.values() for n in s["models"]):
+        gaps = [s["models"][name]["gap"] for s in seeds.values() if "gap" in s["models"].get(name, {})]
+        if gaps:
+            mean[name] = {"gap": round(statistics.mean(gaps), 2), "seeds": len(gaps),
+                          "p_values": [s["models"][name].get("p_value") for s in seeds.values() if name in s["models"]]}
+    return {"seeds": seeds, "mean": mean}
+
+
+def markdown(summary):
+    seeds = sorted(summary["seeds"])
+    metric = "BLEU" if summary["seeds"][seeds[0]]["metric"] == "bleu" else "ROUGE-L"
+    lines = [f"| model | against | {' | '.join(f'seed {s}: {metric} / gap (p)' for s in seeds)} | mean gap | pruned |",
+             "|---|---|" + "---|" * len(seeds) + "---|---|"]
+    for name, mean in [(n, summary["mean"].get(n)) for n in summary["seeds"][seeds[0]]["models"]]:
+        cells = []
+        for s in seeds:
+            r = summary["seeds"][s]["models"].get(name)
+            if r is None:
+                cells.append("")
+            elif "gap" in r:
+                p = "" if r.get("p_value") is None else f" ({r['p_value']:.3f})"
+                cells.append(f"{r['score']:.2f} / {r['gap']:+.2f}{p}")
+            else:
+                cells.append(f"{r['score']:.2f}")
+        first = summary["seeds"][seeds[0]]["models"][name]
+        pruned = first.get("source_states_pruned", first.get("heads_closed"))
+        lines.append(f"| {name} | {first.get('control', '')} | {' | '.join(cells)} | "
+                     f"{'' if mean is None else format(mean['gap'], '+.2f')} | "
+                     f"{'' if pruned is None else format(pruned, '.1%')} |")
+    for s in seeds:
+        c, lead = summary["seeds"][s]["converged"], summary["seeds"][s]["lead"]
+        if c:
+            lines.append(f"- seed {s}: the control gains {c['control_gain']:+.2f} over {c['finetune_updates']} updates "
+                         f"(converged where it gains at most 0.5); the baseline's last validations (updates, loss): "
+                         + ", ".join(f"{u} {loss:.3f}" for u, loss, _ in c.get("baseline_valid_curve", [])))
+        if lead:
+            distinct = ", ".join(f"{n} {r['distinct_outputs']:.0%}" for n, r in summary["seeds"][s]["models"].items()
+                                 if "distinct_outputs" in r)
+            lines.append(f"- seed {s}: lead baseline {lead['score']:.2f}; the baseline against it: p = "
+                         f"{lead['baseline_against_lead']['p_value']:.3f}; distinct outputs per document: {distinct}")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("study", help="the study.tgz a device call brought back, or a folder of work dirs")
+    ap.add_argument("--json", help="write the summary here (refused where the file exists)")
+    a = ap.parse_args(argv)
+    if not os.path.exists(a.study):
+        ap.error(f"no such file or folder: {a.study}")
+    if a.json and os.path.exists(a.json):
+        ap.error(f"--json {a.json} exists, not overwritten")
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = a.study
+        if os.path.isfile(a.study):
+            with tarfile.open(a.study) as t:
+                t.extractall(tmp, filter="data")
+            folder = tmp
+        summary = summarise(folder)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(summary, f, indent=1)
+    print(markdown(summary))
+    for name in summary["seeds"][min(summary["seeds"])]["models"]:
+        print(f"- {name}: {BY_NAME[name].summary}")
+
+
+if __name__ == "__main__":
+    main()
