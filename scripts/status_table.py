@@ -35,7 +35,8 @@ ROWS = [
     ("L0Drop on summarisation (multi-document)", "70% pruned within 0.5 ROUGE-L, 1.65x faster",
      "**{r[headline][pruned_multidoc_test_target05_600_pct]:.1f}**% pruned, **{r[headline][rougeL_gap_target05_600]:.2f}"
      "** ROUGE-L (p 0.20), **{r[headline][speed_pruned_vs_unpruned_1000_target05_after_b362a6b]:.2f}x** (one seed, "
-     "weak degenerate summarisers)", "no", "[report]({r})", {"r": "2026-11-26-summarisation-ddtp-multidoc"}),
+     "weak degenerate summarisers: ROUGE-L {r[headline][baseline_rougeL]:.2f} against a lead baseline's "
+     "{r[headline][lead_rougeL_2026_11_28]:.2f})", "no", "[report]({r})", {"r": "2026-11-26-summarisation-ddtp-multidoc"}),
     ("pruned decoding (Algorithm 1)", "identical to the full memory",
      "identical hypotheses on every test sentence, CPU and GPU (fp32)", "yes", "[l0drop.md](docs/l0drop.md)", {}),
     ("int8 TorchScript artefact of the composed model", "faster than CTranslate2 int8",
