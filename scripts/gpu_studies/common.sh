@@ -12,8 +12,9 @@ AMP=${AMP---amp}
 # fairseq's own search. SEARCH=fairseq for fairseq's everywhere.
 SEARCH=${SEARCH:-fixed_shape}
 
-study() {  # WORK_PREFIX SEEDS PHASE...
+study() {  # WORK_PREFIX SEEDS PHASE...  (EXTRA_ARGS: more recipe options, e.g. a shorter output for a rehearsal)
     local log=${OUT:-/tmp}/study.log
+    RECIPE_ARGS="$RECIPE_ARGS ${EXTRA_ARGS:-}"
     if [[ -z "${CHECK_ONLY:-}" ]]; then
         { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1; python3 -c 'import torch, platform
 print("torch", torch.__version__, "cuda", torch.version.cuda, "python", platform.python_version())'
