@@ -11,6 +11,8 @@ the searches decode the same batch of random sources:
   fixed_shape    fairseq_sparse/fixed_shape_search.py: on CUDA as ``--task translation_fixed_shape`` runs it, its
                  steps of fixed shape captured in CUDA graphs; on the CPU its eager steps (``prefix``)
   fixed_eager    the same search with eager steps (``--fixed-shape-step-form prefix``; CUDA runs only)
+  fixed_indirect steps of fixed shape whose beams reorder through an ancestry table, the self-attention keys and
+                 values never copied (``--fixed-shape-beam-reorder indirect``): captured on CUDA, eager on the CPU
 
 The output length is forced (``min_len = max_len = --out-len``), so all run the same number of steps; their
 hypotheses must be fairseq's in fp32 (checked: the share of sentences with fairseq's n-best, and the largest score
@@ -35,7 +37,7 @@ import bench_common  # noqa: E402
 from bench_common import print_header  # noqa: E402
 
 MODELS = ("stock", "l0drop", "l0drop_full")
-SEARCHES = ("fairseq", "fixed_shape", "fixed_eager")
+SEARCHES = ("fairseq", "fixed_shape", "fixed_eager", "fixed_indirect")
 
 
 def parse_args(argv=None):
@@ -99,10 +101,12 @@ def generators(model, task, args):
 
     gens = {"fairseq": bench_common.forced_generator(model, task.target_dictionary, args.beam, args.out_len)}
     # on the CPU the search's eager steps (its default there, auto, is fairseq's own search)
-    forms = {"fixed_shape": "auto", "fixed_eager": "prefix"} if args.device == "cuda" else {"fixed_shape": "prefix"}
-    for name, form in forms.items():
+    forms = ({"fixed_shape": ("auto", "copy"), "fixed_eager": ("prefix", "copy"), "fixed_indirect": ("auto", "indirect")}
+             if args.device == "cuda" else {"fixed_shape": ("prefix", "copy"), "fixed_indirect": ("fixed", "indirect")})
+    for name, (form, reorder) in forms.items():
         gens[name] = FixedShapeSequenceGenerator([model], task.target_dictionary, beam_size=args.beam, max_len_a=0,
-                                                 max_len_b=args.out_len, min_len=args.out_len, step_form=form)
+                                                 max_len_b=args.out_len, min_len=args.out_len, step_form=form,
+                                                 beam_reorder=reorder)
     return gens
 
 

@@ -55,6 +55,9 @@ UNSUPPORTED = "sampling, diverse beam search, prefix tokens, constraints, --matc
 #: the forms of a step (module docstring); "auto": fixed and captured where CUDA graphs can replay it, else
 #: fairseq's own search
 STEP_FORMS = ("auto", "prefix", "fixed")
+#: how the self-attention keys and values follow the beams in steps of fixed shape: copied to the new order (as
+#: fairseq does), or left where they were written and read through an ancestry table (StaticCacheSelfAttention)
+BEAM_REORDERS = ("copy", "indirect")
 
 #: encoder-decoder attention whose incremental state is the sentence's memory only (keys, values, padding mask, log
 #: counts): the same in every beam of the sentence, so never reordered here. Exact types: a subclass may add state
@@ -297,10 +300,15 @@ def decoder_flag(decoders, name: str, value):
             setattr(d, name, v)
 
 
-def check_settings(stop_every: int, step_form: str, max_graphs: int, source_bucket: int):
+def check_settings(stop_every: int, step_form: str, max_graphs: int, source_bucket: int, beam_reorder: str = "copy"):
     """ValueError naming the flag of the first setting out of range."""
     if step_form not in STEP_FORMS:
         raise ValueError(f"step form {step_form!r}: choose from {', '.join(STEP_FORMS)}")
+    if beam_reorder not in BEAM_REORDERS:
+        raise ValueError(f"beam reorder {beam_reorder!r}: choose from {', '.join(BEAM_REORDERS)}")
+    if beam_reorder == "indirect" and step_form == "prefix":
+        raise ValueError("--fixed-shape-beam-reorder indirect reads whole buffers: it needs steps of fixed shape "
+                         "(--fixed-shape-step-form fixed or auto), not prefix")
     for name, value, low in (("stop_every", stop_every, 1), ("max_graphs", max_graphs, 0),
                              ("source_bucket", source_bucket, 1)):
         if not isinstance(value, int) or value < low:
@@ -314,17 +322,18 @@ class FixedShapeSequenceGenerator(SequenceGenerator):
     result does not depend on it). ``step_form``: one of :data:`STEP_FORMS`. ``max_graphs``: CUDA graphs kept.
     ``source_bucket``: where steps are captured, sources (and L0Drop's compressed memories) are padded to a multiple
     of this many tokens, so that batches of nearby lengths share a graph (:func:`padded_to_bucket`,
-    :func:`memory_padded_to_bucket`)."""
+    :func:`memory_padded_to_bucket`). ``beam_reorder``: one of :data:`BEAM_REORDERS`."""
 
     def __init__(self, *args, stop_every: int = 4, step_form: str = "auto", max_graphs: int = 4,
-                 source_bucket: int = 16, **kwargs):
+                 source_bucket: int = 16, beam_reorder: str = "copy", **kwargs):
         super().__init__(*args, **kwargs)
         if type(self.search) is not BeamSearch:
             raise ValueError(f"the fixed-shape search is beam search only ({UNSUPPORTED} are not supported)")
         if self.match_source_len or self.lm_model is not None:
             raise ValueError(f"the fixed-shape search does not support {UNSUPPORTED}")
-        check_settings(stop_every, step_form, max_graphs, source_bucket)
+        check_settings(stop_every, step_form, max_graphs, source_bucket, beam_reorder)
         self.stop_every, self.step_form, self.source_bucket = stop_every, step_form, source_bucket
+        self.beam_reorder = beam_reorder
         self.graphs = StepGraphs(max_graphs) if max_graphs > 0 else None
         self._told = set()
         # per decoder, its modules with state per hypothesis (:func:`moves_with_the_beam`): the models are fixed
@@ -400,8 +409,9 @@ class FixedShapeSequenceGenerator(SequenceGenerator):
                                 for model, out, one in zip(self.model.models, encoder_outs, shared)]
                 if captured:
                     encoder_outs = [memory_padded_to_bucket(out, self.source_bucket) for out in encoder_outs]
-            static = stack.enter_context(static_self_attention(decoders, incremental_states, rows.numel(),
-                                                               max_len + 1, zeroed=fixed))
+            indirect = fixed and self.beam_reorder == "indirect"  # the buffers stay, an ancestry table moves
+            static = stack.enter_context(static_self_attention(decoders, incremental_states, rows.numel(), max_len + 1,
+                                                               zeroed=fixed, beam=self.beam_size if indirect else 0))
             if fixed:
                 static = static + stack.enter_context(step_positions(decoders, max_len + 1))
                 stack.enter_context(decoder_flag(decoders, "cross_self_attention", True))

@@ -32,6 +32,7 @@ class StaticCacheSelfAttention(MultiheadAttention):
 
     static_step: Optional[Tensor] = None
     static_length: int = 0
+    static_beam: int = 0  # > 0: beam reorder by an ancestry table, no copy (:meth:`_indirect`)
 
     def forward(self, query: Tensor, key: Optional[Tensor], value: Optional[Tensor],
                 key_padding_mask: Optional[Tensor] = None,
@@ -51,6 +52,8 @@ class StaticCacheSelfAttention(MultiheadAttention):
         rows, heads, head_dim, length = query.size(1), self.num_heads, self.head_dim, self.static_length
         q = self.q_proj(query)
         q *= self.scaling
+        if self.static_beam:
+            return self._indirect(query, q, saved, step, key_padding_mask)
         keys.index_copy_(2, step, self.k_proj(query).view(rows, heads, 1, head_dim))
         values.index_copy_(2, step, self.v_proj(query).view(rows, heads, 1, head_dim))
         if key_padding_mask is not None:  # fairseq appends the step's mask to the earlier ones
@@ -66,9 +69,46 @@ class StaticCacheSelfAttention(MultiheadAttention):
         attn = torch.bmm(probs, v).view(rows, heads * head_dim).unsqueeze(0)
         return self.out_proj(attn), None
 
+    def _indirect(self, query: Tensor, q: Tensor, saved: Dict[str, Optional[Tensor]], step: Tensor,
+                  key_padding_mask: Optional[Tensor]):
+        """One step with the keys and values where they were written: buffer row (sentence, slot) holds what that
+        row computed at each step, never moved, and ``static_ancestry`` (rows x capacity) names the slot of its
+        sentence holding each position of a hypothesis (a reorder copies that table, not the buffers). Each query
+        attends over all ``beam`` slots x capacity positions of its sentence (one matrix product per sentence and
+        head, the buffers laid out sentences x heads x slots x capacity x head_dim), every position not of its own
+        history masked: fairseq's attention over the hypothesis' own keys, beam times the products and none of
+        the copies (the cache indirection of TensorRT-LLM's beam search, in dense products)."""
+        keys, values, padding = saved["static_key"], saved["static_value"], saved["static_padding"]
+        ancestry, slots, positions = saved["static_ancestry"], saved["static_slot"], saved["static_positions"]
+        assert keys is not None and values is not None and padding is not None and ancestry is not None
+        assert slots is not None and positions is not None
+        sentences, heads, beam, capacity, head_dim = keys.shape
+        rows = sentences * beam
+        by_sentence = (sentences, beam, heads, head_dim)
+        keys.index_copy_(3, step, self.k_proj(query).view(by_sentence).transpose(1, 2).unsqueeze(3))
+        values.index_copy_(3, step, self.v_proj(query).view(by_sentence).transpose(1, 2).unsqueeze(3))
+        ancestry.index_copy_(1, step, slots.unsqueeze(1))  # the step's position is the row's own
+        if key_padding_mask is not None:  # written by the row that computed the position, as the keys
+            padding.index_copy_(1, step, key_padding_mask[:, -1:].to(torch.bool))
+        q = q.view(by_sentence).transpose(1, 2).reshape(sentences * heads, beam, head_dim)
+        weights = torch.bmm(q, keys.view(sentences * heads, beam * capacity, head_dim).transpose(1, 2))
+        own = ancestry.view(sentences, beam, 1, capacity) == slots[:beam].view(1, 1, beam, 1)
+        seen = ~padding.view(sentences, 1, beam, capacity) & positions.le(step).view(1, 1, 1, capacity)
+        hidden = ~(own & seen).view(sentences, 1, beam, beam * capacity)
+        weights = weights.view(sentences, heads, beam, beam * capacity).masked_fill(hidden, float("-inf"))
+        weights = weights.view(sentences * heads, beam, beam * capacity)
+        probs = self.dropout_module(utils.softmax(weights, dim=-1, onnx_trace=self.onnx_trace).type_as(weights))
+        attn = torch.bmm(probs, values.view(sentences * heads, beam * capacity, head_dim))
+        return self.out_proj(attn.view(sentences, heads, beam, head_dim).transpose(1, 2).reshape(1, rows, -1)), None
+
     def reorder_static(self, incremental_state: Dict[str, Dict[str, Optional[Tensor]]], order: Tensor):
-        """The first ``static_length`` positions of the buffers to the hypotheses' new order, in place."""
+        """The first ``static_length`` positions of the buffers to the hypotheses' new order, in place (with
+        ``static_beam``: the ancestry table only, the buffers stay where they are)."""
         saved = self._get_input_buffer(incremental_state)
+        if self.static_beam:
+            ancestry = saved["static_ancestry"]
+            ancestry.copy_(ancestry.index_select(0, order))
+            return
         for name, dim in (("static_key", 2), ("static_value", 2), ("static_padding", 1)):
             part = saved[name].narrow(dim, 0, self.static_length)
             part.copy_(part.index_select(0, order))
@@ -83,12 +123,14 @@ def cacheable(attention) -> bool:
 
 
 @contextmanager
-def static_self_attention(decoders, incremental_states, rows: int, capacity: int, zeroed: bool = True):
+def static_self_attention(decoders, incremental_states, rows: int, capacity: int, zeroed: bool = True,
+                          beam: int = 0):
     """For one ``generate`` call: each cacheable decoder self-attention (:func:`cacheable`) becomes a
     :class:`StaticCacheSelfAttention` with buffers for ``rows`` hypotheses and ``capacity`` steps in its decoder's
     incremental state; its class is put back afterwards. Yields those modules. ``zeroed`` False: keys and values are
     allocated, not zeroed, for steps that read only the positions written (a step over the whole buffers reads all:
-    a weight of 0 times a NaN left in memory is NaN)."""
+    a weight of 0 times a NaN left in memory is NaN). ``beam`` > 0: beams reorder through an ancestry table
+    (:meth:`StaticCacheSelfAttention._indirect`; every step reads the whole buffers, so they are zeroed)."""
     swapped: List[MultiheadAttention] = []
     try:
         for decoder, state in zip(decoders, incremental_states):
@@ -98,20 +140,26 @@ def static_self_attention(decoders, incremental_states, rows: int, capacity: int
                     continue
                 weight = attention.k_proj.weight
                 shape = (rows, attention.num_heads, capacity, attention.head_dim)
-                new = torch.zeros if zeroed else torch.empty
+                new = torch.zeros if zeroed or beam else torch.empty
+                indirect = {}
+                if beam:
+                    shape = (rows // beam, attention.num_heads, beam, capacity, attention.head_dim)
+                    slots = torch.arange(rows, device=weight.device) % beam
+                    indirect = {"static_slot": slots, "static_ancestry": slots.unsqueeze(1).repeat(1, capacity)}
                 attention.__class__ = StaticCacheSelfAttention
+                attention.static_beam = beam
                 swapped.append(attention)
                 attention._set_input_buffer(state, {
                     "static_key": new(shape, dtype=weight.dtype, device=weight.device),
                     "static_value": new(shape, dtype=weight.dtype, device=weight.device),
                     "static_padding": torch.zeros(rows, capacity, dtype=torch.bool, device=weight.device),
-                    "static_positions": torch.arange(capacity, device=weight.device)})
+                    "static_positions": torch.arange(capacity, device=weight.device), **indirect})
         yield swapped
     finally:
         for attention in swapped:
             attention.__class__ = MultiheadAttention
-            attention.__dict__.pop("static_step", None)
-            attention.__dict__.pop("static_length", None)
+            for name in ("static_step", "static_length", "static_beam"):
+                attention.__dict__.pop(name, None)
 
 
 def why_no_step_positions(decoder, capacity: int) -> Optional[str]:

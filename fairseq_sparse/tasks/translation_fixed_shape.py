@@ -16,7 +16,7 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from fairseq.dataclass import ChoiceEnum
 
-from ..fixed_shape_search import STEP_FORMS, UNSUPPORTED, FixedShapeSequenceGenerator
+from ..fixed_shape_search import BEAM_REORDERS, STEP_FORMS, UNSUPPORTED, FixedShapeSequenceGenerator
 
 NAME = "translation_fixed_shape"
 
@@ -35,6 +35,11 @@ class TranslationFixedShapeConfig(TranslationConfig):
     fixed_shape_max_graphs: int = field(
         default=4, metadata={"help": "CUDA graphs kept, one per batch shape (least recently used dropped); 0: none "
                                      "(auto then runs fairseq's search, fixed its steps eagerly)"})
+    fixed_shape_beam_reorder: ChoiceEnum(BEAM_REORDERS) = field(
+        default="copy", metadata={"help": "steps of fixed shape: copy the self-attention keys and values to the "
+                                          "beams' new order at every step, as fairseq does (copy), or leave them "
+                                          "where they were written and read them through an ancestry table "
+                                          "(indirect: no copies, beam times the attention products)"})
     fixed_shape_source_bucket: int = field(
         default=16, metadata={"help": "where steps are captured in CUDA graphs, sources are padded (masked) to a "
                                       "multiple of this many tokens, so that batches of nearby lengths share a graph; "
@@ -68,7 +73,7 @@ class TranslationFixedShapeTask(TranslationTask):
         cfg = self.cfg
         kwargs = dict(extra_gen_cls_kwargs or {}, stop_every=cfg.fixed_shape_stop_every,
                       step_form=cfg.fixed_shape_step_form, max_graphs=cfg.fixed_shape_max_graphs,
-                      source_bucket=cfg.fixed_shape_source_bucket)
+                      source_bucket=cfg.fixed_shape_source_bucket, beam_reorder=cfg.fixed_shape_beam_reorder)
         try:  # the generator checks its settings: one line, before anything is decoded
             return super().build_generator(models, args, seq_gen_cls=FixedShapeSequenceGenerator,
                                            extra_gen_cls_kwargs=kwargs)
@@ -79,7 +84,8 @@ class TranslationFixedShapeTask(TranslationTask):
 def use_fixed_shape_search(hub, **options):
     """fairseq's hub interface (``from_pretrained``) decoding with the fixed-shape search: its task becomes this task
     over the same settings and dictionaries; ``options``: this task's own (``fixed_shape_stop_every``,
-    ``fixed_shape_step_form``, ``fixed_shape_max_graphs``, ``fixed_shape_source_bucket``). Returns the hub."""
+    ``fixed_shape_step_form``, ``fixed_shape_max_graphs``, ``fixed_shape_source_bucket``,
+    ``fixed_shape_beam_reorder``). Returns the hub."""
     from omegaconf import OmegaConf
 
     own = {f.name for f in fields(TranslationFixedShapeConfig)}

@@ -61,9 +61,10 @@ def gated(model, seed=0):
     return model
 
 
-def decode(model, d, sample, flags, fixed, step_form="prefix"):
-    task = (TranslationFixedShapeTask(TranslationFixedShapeConfig(fixed_shape_step_form=step_form), d, d) if fixed
-            else None)
+def decode(model, d, sample, flags, fixed, step_form="prefix", beam_reorder="copy"):
+    task = (TranslationFixedShapeTask(TranslationFixedShapeConfig(fixed_shape_step_form=step_form,
+                                                                  fixed_shape_beam_reorder=beam_reorder), d, d)
+            if fixed else None)
     if task is None:
         from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
@@ -119,6 +120,57 @@ def test_steps_of_fixed_shape_give_fairseqs_hypotheses(model, flags):
         return
     assert_same(decode(model, d, sample, flags, fixed=True, step_form="fixed"),
                 decode(model, d, sample, flags, fixed=False))
+
+
+@pytest.mark.parametrize("flags", [["--beam", "4"], ["--beam", "5", "--nbest", "5", "--lenpen", "0.3"]],
+                         ids=" ".join)
+def test_beams_reordered_through_an_ancestry_table_give_fairseqs_hypotheses(model, flags):
+    """--fixed-shape-beam-reorder indirect: the self-attention keys and values stay where they were written, each
+    hypothesis reads its history through the ancestry table; fairseq's hypotheses and scores (fp32, to 1e-5)."""
+    model, d = model
+    sample = sources(d)
+    if any(type(m).__name__ == "CoverageAttention" for m in model.modules()):
+        return  # refused in steps of fixed shape (test_steps_of_fixed_shape_give_fairseqs_hypotheses)
+    out = decode(model, d, sample, flags, fixed=True, step_form="fixed", beam_reorder="indirect")
+    ref = decode(model, d, sample, flags, fixed=False)
+    assert_same(out, ref)
+    for hs, rs in zip(out, ref):
+        for h, r in zip(hs, rs):
+            assert float(h["score"]) == pytest.approx(float(r["score"]), abs=1e-5)
+            assert torch.allclose(h["positional_scores"], r["positional_scores"], atol=1e-5)
+
+
+def test_the_ancestry_table_moves_and_the_buffers_do_not():
+    """With --fixed-shape-beam-reorder indirect no written key or value is ever moved: after a step, every position
+    written before holds what it held; the table names, per hypothesis and position, the slot of its sentence."""
+    from fairseq_sparse.modules.static_cache import StaticCacheSelfAttention
+
+    model, d = build("transformer")
+    seen = []
+
+    def record(module, args, kwargs, out):
+        state = module._get_input_buffer(kwargs["incremental_state"])
+        seen.append((int(module.static_step), state["static_key"].clone(), state["static_ancestry"].clone()))
+
+    attention = model.decoder.layers[0].self_attn
+    hook = attention.register_forward_hook(record, with_kwargs=True)
+    decode(model, d, sources(d), ["--beam", "4"], fixed=True, step_form="fixed", beam_reorder="indirect")
+    hook.remove()
+    assert type(attention) is MultiheadAttention and len(seen) > 3
+    for (step, keys, table), (_, later_keys, _) in zip(seen, seen[1:]):
+        assert keys.dim() == 5 and torch.equal(later_keys[:, :, :, :step + 1], keys[:, :, :, :step + 1])
+        assert int(table.max()) < 4 and torch.equal(table[:, step], torch.arange(table.size(0)) % 4)
+    assert any(not torch.equal(t[:, :s], (torch.arange(t.size(0)) % 4).unsqueeze(1).expand(-1, s))
+               for s, _, t in seen[2:])  # some hypothesis continues another slot's history
+    assert StaticCacheSelfAttention.static_beam == 0
+
+
+def test_an_ancestry_table_needs_steps_of_fixed_shape():
+    model, d = build("transformer")
+    task = TranslationFixedShapeTask(TranslationFixedShapeConfig(fixed_shape_step_form="prefix",
+                                                                 fixed_shape_beam_reorder="indirect"), d, d)
+    with pytest.raises(SystemExit, match="needs steps of fixed shape"):
+        task.build_generator([model], generation_args(["--beam", "4"]))
 
 
 GENERATION_FLAGS = [["--lenpen", "0.3", "--unkpen", "2"], ["--lenpen", "2"], ["--min-len", "4"],
