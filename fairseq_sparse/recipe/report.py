@@ -105,7 +105,8 @@ def length_lines(a, lengths):
                  f"documents cut (the longest had {longest:,} tokens)."]
     else:
         longest = max(s["source"] for s in lengths["longest"].values()) - 1  # without EOS
-        lines = [f"- Sources not truncated (the longest has {longest:,} tokens after tokenisation and BPE)."]
+        lines = [f"- Sources as the --data-bin holds them (the longest has {longest:,} tokens)." if a.data_bin else
+                 f"- Sources not truncated (the longest has {longest:,} tokens after tokenisation and BPE)."]
     source, target = lengths["positions"]
     lines.append(f"- Model positions: {source:,} source, {target:,} target: no training pair dropped, every test "
                  "document decoded.")

@@ -235,6 +235,11 @@ def test_the_report_states_truncation_positions_and_decoding():
     plain = length_lines(Namespace(**vars(a)), {"truncation": {"tokens": 0, "splits": {}}, "positions": [1024, 1024],
                                                  "longest": {"train": {"source": 35, "target": 9}}})
     assert plain[0] == "- Sources not truncated (the longest has 34 tokens after tokenisation and BPE)."
+    # a --data-bin's sources are as it was binarised (maybe cut then): the report does not say "not truncated"
+    given = length_lines(Namespace(**vars(parsed("--data-bin", "bin", "-s", "en", "-t", "de"))),
+                         {"truncation": {"tokens": 0, "splits": {}}, "positions": [1024, 1024],
+                          "longest": {"train": {"source": 35, "target": 9}}})
+    assert given[0] == "- Sources as the --data-bin holds them (the longest has 34 tokens)."
     assert length_lines(a, None) == []  # results.json of a run before these lines
 
 
