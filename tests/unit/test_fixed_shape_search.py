@@ -242,16 +242,18 @@ def test_self_attention_reads_the_preallocated_buffers_and_gets_its_class_back()
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("reorder", ["copy", "indirect"])
 @pytest.mark.parametrize("name", ["transformer", "l0drop, pruned decoding", "head-pruned, other head counts per layer",
                                   "composed"])
-def test_cuda_graphs_give_fairseqs_hypotheses_and_replay_for_a_new_batch(name):
+def test_cuda_graphs_give_fairseqs_hypotheses_and_replay_for_a_new_batch(name, reorder):
     """On a GPU (fp32): the step captured in a CUDA graph gives fairseq's hypotheses; a second batch of the same shape
-    replays the graph (its tensors copied into the captured ones) and gives fairseq's hypotheses too."""
+    replays the graph (its tensors copied into the captured ones) and gives fairseq's hypotheses too; with the beams
+    reordered by copies and through the ancestry table alike."""
     from fairseq import utils
 
     model, d = built(name, 2.5)
     model = model.cuda()
-    task = TranslationFixedShapeTask(TranslationFixedShapeConfig(), d, d)
+    task = TranslationFixedShapeTask(TranslationFixedShapeConfig(fixed_shape_beam_reorder=reorder), d, d)
     for seed in (0, 1):
         sample = utils.move_to_cuda(sources(d, seed=seed))
         for flags in (["--beam", "4"], ["--beam", "5", "--lenpen", "0.3"]):
@@ -292,6 +294,11 @@ def test_a_step_of_fixed_shape_reads_nothing_on_the_host(name, monkeypatch):
     monkeypatch.setattr(fixed_shape_search.FixedShapeSequenceGenerator, "_step", guarded)
     decode(model, d, sources(d), ["--beam", "4"], fixed=True, step_form="fixed")
     assert reads, "no step after the first ran"
+    # n-gram blocking (fairseq_sparse/ngram_block.py) and beams reordered through the ancestry table: no host read
+    reads.clear()
+    decode(model, d, sources(d), ["--beam", "4", "--no-repeat-ngram-size", "2"], fixed=True, step_form="fixed",
+           beam_reorder="indirect")
+    assert reads, "no step after the first ran"
 
 
 class EagerGraphs(StepGraphs):
@@ -308,12 +315,15 @@ class EagerGraphs(StepGraphs):
         return types.SimpleNamespace(replay=lambda: generator._step(run, 1)), run
 
 
+@pytest.mark.parametrize("reorder", ["copy", "indirect"])
 @pytest.mark.parametrize("name", ["transformer", "l0drop, pruned decoding", "composed"])
-def test_a_new_batch_of_a_captured_shape_replays_with_its_own_tensors(name):
-    """One graph per shape, kept for later batches of that shape (their tensors copied into the captured ones), the
-    least recently used dropped beyond the limit; fairseq's hypotheses for every batch, the first and the replayed."""
+def test_a_new_batch_of_a_captured_shape_replays_with_its_own_tensors(name, reorder):
+    """One graph per shape, kept for later batches of that shape (their tensors copied into the captured ones: with
+    the ancestry table, its table and slots too), the least recently used dropped beyond the limit; fairseq's
+    hypotheses for every batch, the first and the replayed."""
     model, d = built(name, 2.5)
-    gen = FixedShapeSequenceGenerator([model], d, beam_size=4, max_len_b=15, step_form="fixed", source_bucket=1)
+    gen = FixedShapeSequenceGenerator([model], d, beam_size=4, max_len_b=15, step_form="fixed", source_bucket=1,
+                                      beam_reorder=reorder)
     gen.graphs = EagerGraphs(size=1)
     batches = [sources(d, seed=0), sources(d, seed=1), sources(d, lengths=(4, 7, 3), seed=2)]
     for sample in batches + batches[:2]:
