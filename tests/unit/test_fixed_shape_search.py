@@ -140,6 +140,21 @@ def test_beams_reordered_through_an_ancestry_table_give_fairseqs_hypotheses(mode
             assert torch.allclose(h["positional_scores"], r["positional_scores"], atol=1e-5)
 
 
+@pytest.mark.parametrize("reorder", ["copy", "indirect"])
+@pytest.mark.parametrize("name", ["l0drop, pruned decoding", "l0drop between layers, compacted encoder", "composed"])
+def test_l0drop_models_with_pruned_decoding_off_give_fairseqs_hypotheses(name, reorder):
+    """The full memory (``--model-overrides "{'pruned_decoding': False}"``, the recipe's check of pruned decoding)
+    decoded by steps of fixed shape: fairseq's hypotheses."""
+    model, d = built(name, 2.5)
+    switched = [m for m in model.modules() if hasattr(m, "pruned_decoding")]
+    assert switched
+    for m in switched:
+        m.pruned_decoding = False
+    sample = sources(d)
+    assert_same(decode(model, d, sample, ["--beam", "4"], fixed=True, step_form="fixed", beam_reorder=reorder),
+                decode(model, d, sample, ["--beam", "4"], fixed=False))
+
+
 def test_the_ancestry_table_moves_and_the_buffers_do_not():
     """With --fixed-shape-beam-reorder indirect no written key or value is ever moved: after a step, every position
     written before holds what it held; the table names, per hypothesis and position, the slot of its sentence."""
