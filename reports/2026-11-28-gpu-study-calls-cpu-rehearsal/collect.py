@@ -82,7 +82,9 @@ def main(out_dirs):
     for out_dir in out_dirs:
         prefix, times, exits = timeline(os.path.join(out_dir, "study.log"))
         calls[os.path.basename(out_dir.rstrip("/"))] = {
-            "work_prefix": prefix, "seconds": times, "exit": exits, "brought_back": brought_back(out_dir, prefix),
+            # the work dirs' prefix: relative to the repository, or (a carry of the rehearsal's own) to its folder
+            "work_prefix": os.path.relpath(prefix, os.path.dirname(os.path.abspath(out_dir))) if os.path.isabs(prefix)
+            else prefix, "seconds": times, "exit": exits, "brought_back": brought_back(out_dir, prefix),
             "files_in_out": len(os.listdir(out_dir)), "work": work_results(os.path.join(REPO, f"{prefix}1"))}
     with open(os.path.join(HERE, "results.json"), "w") as f:
         json.dump({"calls": calls}, f, indent=1)
