@@ -37,15 +37,15 @@ def split(state, max_bytes):
     some of the model's tensors (in order) and the first the rest of the state, numbered "part"/"parts"."""
     if saved_size(state) <= max_bytes:
         return [state]
-    rest = {k: v for k, v in state.items() if k != "model"}
+    rest, empty = {k: v for k, v in state.items() if k != "model"}, saved_size({})
     groups, group, size = [], {}, saved_size(rest)
     for name, tensor in state["model"].items():
         need = tensor.numel() * tensor.element_size() + 1024  # the tensor and its pickled entry
-        if need + saved_size({}) > max_bytes:
+        if need + empty > max_bytes:
             raise ValueError(f"{name}: one tensor of {need / 2**20:.1f} MiB is over the limit of a part")
         if group and size + need > max_bytes:
             groups.append(group)
-            group, size = {}, saved_size({})
+            group, size = {}, empty
         group[name] = tensor
         size += need
     groups.append(group)
@@ -91,9 +91,12 @@ def main(argv=None):
     if os.path.exists(dest):
         ap.error(f"DEST exists, not overwritten: {dest}")
     if a.command == "split":
-        if not a.max_mib > 0:
-            ap.error(f"--max-mib must be > 0, got {a.max_mib}")
-        parts = split(model_only_fp16(read_state(a.checkpoint)), int(a.max_mib * 2**20))
+        if not 0 < a.max_mib < 2**20:  # NaN and inf too
+            ap.error(f"--max-mib must be > 0 and finite, got {a.max_mib}")
+        try:
+            parts = split(model_only_fp16(read_state(a.checkpoint)), int(a.max_mib * 2**20))
+        except (ValueError, KeyError) as e:  # not a checkpoint (UnreadableCheckpoint), no model, a tensor too big
+            ap.error(f"{a.checkpoint}: {e}")
         names = [dest] if len(parts) == 1 else [f"{dest[:-3]}.part{p['part']}of{p['parts']}.pt" for p in parts]
         for name in names:
             if os.path.exists(name):

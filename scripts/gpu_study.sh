@@ -36,6 +36,8 @@ PREFIX=$1 SEEDS=$2; shift 2
 for seed in $SEEDS; do [[ "$seed" =~ ^[0-9]+$ ]] || { echo "gpu_study.sh: seed '$seed' is not a whole number"; exit 2; }; done
 [[ -z "${SECONDS_LEFT:-}" || "$SECONDS_LEFT" =~ ^[1-9][0-9]*$ ]] \
     || { echo "gpu_study.sh: SECONDS_LEFT must be whole seconds > 0, got '$SECONDS_LEFT'"; exit 2; }
+[[ "${BRING_BACK_FILES:-8}" =~ ^[1-9][0-9]*$ && "${BRING_BACK_MIB:-15.5}" =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)$ ]] \
+    || { echo "gpu_study.sh: BRING_BACK_FILES must be a whole number > 0 and BRING_BACK_MIB a number of MiB"; exit 2; }
 for phase in "$@"; do
     [[ "$phase" =~ ^[a-z_0-9]+(,[a-z_0-9]+)*$ ]] || { echo "gpu_study.sh: phase '$phase' is not a comma list of steps"; exit 2; }
 done

@@ -123,8 +123,11 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as tmp:
         folder = a.study
         if os.path.isfile(a.study):
-            with tarfile.open(a.study) as t:
-                t.extractall(tmp, filter="data")
+            try:
+                with tarfile.open(a.study) as t:
+                    t.extractall(tmp, filter="data")
+            except tarfile.TarError as e:
+                ap.error(f"{a.study} is not a readable study.tgz ({type(e).__name__})")
             folder = tmp
         summary = summarise(folder)
     if a.json:

@@ -47,9 +47,10 @@ class Evaluation:
                                       "13a" if self.a.tokenizer == "moses" else "none", self.a.rouge_impl)
         # fairseq-generate has no machine-readable output: its end-of-run lines are read as printed
         sparsity = re.search(r"L0Drop sparsity rate ([\d.]+)%", out)
-        # summarisation: each test source's lead sentence as the model read it (BPE removed, truncated), for the
-        # lead baseline beside the models
-        leads = {"leads": [lead(lines["S"][i][0]) for i in ids]} if self.a.metric == "rouge" else {}
+        # summarisation: each test source's lead sentence as the baseline read it (BPE removed, truncated), for the
+        # lead baseline beside the models (the sources are the same in every decoding: kept once)
+        leads = ({"leads": [lead(lines["S"][i][0]) for i in ids]} if self.a.metric == "rouge" and key == "baseline"
+                 else {})
         return {"score": score, **details, "sentences": len(ids), "checkpoint": checkpoint, **leads,
                 "l0drop_sparsity": float(sparsity.group(1)) / 100 if sparsity else None,
                 "decode_seconds": decode_seconds(out),
