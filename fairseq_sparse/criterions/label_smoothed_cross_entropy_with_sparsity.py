@@ -177,6 +177,13 @@ class LabelSmoothedCrossEntropyWithSparsityConfig(LabelSmoothedCrossEntropyCrite
                           "& Sennrich 2021 Sec. 6); 0 = full lambda from the start. Target sparsities ramp over "
                           "--sparsity-target-warmup-updates instead"},
     )
+    sparsity_start_update: int = field(
+        default=0,
+        metadata={"help": "no sparsity pressure before this update (no penalty, no controller); from it on, "
+                          "--sparsity-warmup-updates and --sparsity-target-warmup-updates count from here. For "
+                          "training from scratch: gates pressed while the model is still a language model all close "
+                          "(paper 000 Sec. 6 ramps lambda in over most of training)"},
+    )
     l0drop_target_sparsity: Optional[str] = field(
         default=None,
         metadata={"help": "share of source states to prune, in [0, 1): instead of a fixed --l0drop-lambda, a "
@@ -259,6 +266,7 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
         l0drop_lambda=0.0,
         head_gates_lambda=0.0,
         sparsity_warmup_updates=0,
+        sparsity_start_update=0,
         attention_reg="none",
         attention_reg_lambda=0.0,
         attention_reg_layers=DEFAULT_LAYERS,
@@ -286,12 +294,18 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
         self.attention_reg = {"kind": attention_reg, "layers": parse_layers(str(attention_reg_layers)),
                               "heads": str(attention_reg_heads)}
         self.warmup_updates = sparsity_warmup_updates
+        if not (isinstance(sparsity_start_update, int) and sparsity_start_update >= 0):
+            raise ValueError(f"--sparsity-start-update must be an update count >= 0, got {sparsity_start_update}")
+        self.start_update = sparsity_start_update
         targets = parse_targets(l0drop_target_sparsity, head_gates_target_sparsity)
         for key in targets:
             group = "l0drop" if key == "l0drop" else "head_gates"
             if self.lambdas[group] > 0:
                 raise ValueError(f"--{group.replace('_', '-')}-target-sparsity and --{group.replace('_', '-')}-lambda "
                                  f"{self.lambdas[group]} both set: the controller chooses the weight; drop the lambda")
+        if sparsity_start_update and not targets and not any(v > 0 for v in self.lambdas.values()):
+            raise ValueError(f"--sparsity-start-update {sparsity_start_update} holds back a sparsity pressure, and "
+                             "none is set (a target sparsity or a lambda > 0)")
         check_target_optimizer(targets, optimizer)
         self.controller = LagrangianController(targets, sparsity_target_warmup_updates,
                                                sparsity_target_hold_updates) if targets else None
@@ -382,12 +396,14 @@ class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
         token), and the terms' statistics for logging."""
         penalty = torch.zeros(())
         logging_output = {}
-        updates = num_updates(model)
+        held = num_updates(model) < self.start_update  # --sparsity-start-update: no pressure yet
+        updates = max(0, num_updates(model) - self.start_update)
         terms = collect_sparsity_terms(model)
-        steered = self.steering.test_time_closed(model, sample) if model.training and sample is not None else {}
-        penalty = penalty + self.steering.control(terms, updates, model.training, logging_output, steered)
+        if not held:
+            steered = self.steering.test_time_closed(model, sample) if model.training and sample is not None else {}
+            penalty = penalty + self.steering.control(terms, updates, model.training, logging_output, steered)
         for term in terms:
-            lam = self.current_lambda(term.group, updates)
+            lam = 0.0 if held else self.current_lambda(term.group, updates)
             if term.penalty is not None:
                 penalty = penalty.to(term.penalty) + lam * term.penalty
                 key = f"{STAT_PREFIX}{term.group}_penalty"  # summed over the group's modules, as in the loss

@@ -1,1 +1,1 @@
-from . import adam_sparsity  # noqa: F401  (registers --optimizer adam_sparsity)
+from . import adam_sparsity, continued  # noqa: F401  (registers --optimizer adam_sparsity, --lr-scheduler inverse_sqrt_continued)

@@ -127,10 +127,35 @@ class FairseqAdamSparsity(FairseqAdam):
 
     def load_state_dict(self, state_dict, optimizer_overrides=None):
         """Both groups' Adam state comes back; the control group's lr and weight decay are today's options
-        (a resumed run may change --sparsity-lr; --optimizer-overrides never give the gates weight decay)."""
+        (a resumed run may change --sparsity-lr; --optimizer-overrides never give the gates weight decay). The
+        one-group state of fairseq's Adam (a baseline continued with its moments, as Zhang, Titov & Sennrich
+        2021's code fine-tunes) becomes group 0, the gates' groups starting without state."""
+        if len(state_dict.get("param_groups", ())) == 1 < len(self.param_groups):
+            state_dict = with_new_groups(state_dict, self.param_groups)
         if len(state_dict.get("param_groups", ())) != len(self.param_groups):
             raise ValueError(
                 f"the checkpoint's optimiser state has {len(state_dict['param_groups'])} parameter group(s), "
                 f"adam_sparsity has {len(self.param_groups)}: add --reset-optimizer")
         super().load_state_dict(state_dict, optimizer_overrides)
         self._fix_control_group()
+
+
+def with_new_groups(state_dict, param_groups):
+    """A one-group Adam state for PARAM_GROUPS: the saved group is group 0 (the same tensors in the same order: each
+    moment's shape checked against its parameter), every other group added with its settings and no state."""
+    saved, main = state_dict["param_groups"][0], param_groups[0]["params"]
+    if len(saved["params"]) != len(main):
+        raise ValueError(f"the checkpoint's optimiser state holds {len(saved['params'])} tensors, the model's "
+                         f"parameters outside the gates are {len(main)}: not the model it was trained as; add "
+                         "--reset-optimizer")
+    for index, p in zip(saved["params"], main):
+        moment = state_dict["state"].get(index, {}).get("exp_avg")
+        if moment is not None and tuple(moment.shape) != tuple(p.shape):
+            raise ValueError(f"the checkpoint's optimiser state for tensor {index} has shape {tuple(moment.shape)}, "
+                             f"the model's has {tuple(p.shape)}; add --reset-optimizer")
+    groups, index = [saved], len(main)
+    for group in param_groups[1:]:
+        groups.append({**{k: v for k, v in group.items() if k != "params"},
+                       "params": list(range(index, index + len(group["params"])))})
+        index += len(group["params"])
+    return {"state": state_dict["state"], "param_groups": groups}

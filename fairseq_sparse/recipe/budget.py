@@ -1,8 +1,9 @@
-"""The quality gap against the fine-tuning budget: each method and its equal-updates control decoded at the
-same update counts (``--budget-points``), from the checkpoints of one run each."""
+"""The quality gap against the budget: each method and its equal-updates control decoded at the same update counts
+(``--budget-points`` for fine-tunings, ``--scratch-budget-points`` for models trained from scratch beside the
+baseline), from the checkpoints of one run each."""
 import os
 
-from .commands import budget_points
+from .commands import budget_points, scratch_budget_points
 from .evaluation import paired_test_of
 from .methods import BUDGET_DECODINGS, BY_NAME, METHODS
 
@@ -24,13 +25,22 @@ def budget_control(m):
     return "control" if m.name != "control" else None
 
 
+def points_of(a, m):
+    """The update counts at which M is decoded against its control: --scratch-budget-points for a model trained from
+    scratch (the baseline among them), --budget-points for a fine-tuning; none for the other decodings."""
+    if m.start is None:
+        return scratch_budget_points(a) if m.arch else []
+    return budget_points(a) if m.decoding in BUDGET_DECODINGS else []
+
+
 def decode_budget_points(a, ev, m):
     """M's own decodings at every budget point it has a checkpoint for, in M's step: the runs of a study decode
     side by side, and the report pairs the cached decodings."""
-    if m.start is None or m.decoding not in BUDGET_DECODINGS or not budget_points(a):
+    points = points_of(a, m)
+    if not points:
         return
     mine = checkpoints_by_updates(ev.wd, m.name)
-    for u in budget_points(a):
+    for u in points:
         if u in mine:
             ev.generate(*ev.at_updates(m, u, mine))
 
@@ -41,14 +51,14 @@ def budget_rows(a, ev, rows):
     (heads_closed: the share of gated heads cut out, where they are)."""
     out = {}
     for m in METHODS:
-        if m.start is None or m.control is None or m.decoding not in BUDGET_DECODINGS:
+        if m.control is None or not points_of(a, m):
             continue
-        control = budget_control(m)
+        control = m.control if m.start is None else budget_control(m)  # from scratch: beside the baseline
         if control is None or m.name not in rows or control not in rows:
             continue
         mine, theirs = checkpoints_by_updates(ev.wd, m.name), checkpoints_by_updates(ev.wd, control)
         points = []
-        for u in budget_points(a):
+        for u in points_of(a, m):
             if u not in mine or u not in theirs:
                 continue
             key, ckpt = ev.at_updates(m, u, mine)

@@ -5,7 +5,7 @@ import math
 import os
 from functools import reduce
 
-from .methods import Method, updates_of
+from .methods import PRESSURE_OPTIONS, Method, updates_of
 from .options import CHAR_BOUNDARY
 from .paths import BIN, USER_DIR
 
@@ -64,12 +64,14 @@ def pieces_joined(a, flag="--remove-bpe"):
 
 def validation_interval_flags(a):
     """Validate every --validate-interval epochs, or every --validate-interval-updates updates (and save there,
-    so that the best checkpoint is one of those; epochs' ends then neither validate nor save)."""
+    so that the best checkpoint is one of those; epochs' ends then neither validate nor save); the checkpoints of
+    --scratch-budget-points kept."""
     if not a.validate_interval_updates:
-        return ["--validate-interval", str(a.validate_interval)]
+        return ["--validate-interval", str(a.validate_interval)] + scratch_save_flags(a)
     every, never = str(a.validate_interval_updates), str(10 ** 9)
-    return ["--validate-interval-updates", every, "--save-interval-updates", every, "--keep-interval-updates", "1",
-            "--validate-interval", never, "--save-interval", never]
+    return (["--validate-interval-updates", every] + (scratch_save_flags(a) or
+            ["--save-interval-updates", every, "--keep-interval-updates", "1"])
+            + ["--validate-interval", never, "--save-interval", never])
 
 
 def validation_flags(a):
@@ -86,22 +88,44 @@ def validation_flags(a):
 def task_flags(method_name, search="fairseq"):
     """fairseq's --task of a model: the POS pattern reads its tags through translation_source_tags; a decoding with
     the fixed-shape search (--search fixed_shape) runs through translation_fixed_shape."""
-    if method_name.startswith("pattern_pos"):
+    if method_name.startswith("pattern_pos"):  # pattern_pos and pattern_pos_scratch
         return ["--task", "translation_source_tags", "--source-tags-dir", "tags"]
     return ["--task", "translation_fixed_shape" if search == "fixed_shape" else "translation"]
 
 
 def train_from_scratch(a, data, m: Method):
-    """fairseq-train of the method's architecture from random weights with the baseline's command line and budget."""
-    return ([tool("fairseq-train"), data, "--user-dir", USER_DIR, "--task", "translation"] + lang_flags(a)
+    """fairseq-train of the method's architecture from random weights with the baseline's command line, budget and
+    batches, plus the method's own options (a gated method: fairseq's criterion and Adam with the gates' penalty and
+    their own parameter group, the same updates for every other parameter); a checkpoint at every
+    --scratch-budget-points update count."""
+    flags = m.flags(a)
+    gated = any(f in flags for f in PRESSURE_OPTIONS)
+    criterion, optimizer = (("label_smoothed_cross_entropy_with_sparsity", ["adam_sparsity", "--sparsity-lr", str(a.sparsity_lr)])
+                            if gated else ("label_smoothed_cross_entropy", ["adam"]))
+    return ([tool("fairseq-train"), data, "--user-dir", USER_DIR] + task_flags(m.name) + lang_flags(a)
             + ["--arch", m.arch] + recipe_model_flags(a)
-            + ["--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-               "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--clip-norm", "0.0",
+            + ["--criterion", criterion, "--label-smoothing", "0.1",
+               "--optimizer"] + optimizer + ["--adam-betas", "(0.9, 0.98)", "--clip-norm", "0.0",
                "--lr", str(a.lr), "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(a.warmup_updates),
                "--max-update", str(a.baseline_updates), "--save-dir", m.name]
             + common_train_flags(a) + validation_flags(a)
             + (["--patience", str(a.baseline_patience)] if a.baseline_patience else [])
-            + (["--stop-time-hours", f"{a.baseline_minutes / 60:.6g}"] if a.baseline_minutes else []))
+            + (["--stop-time-hours", f"{a.baseline_minutes / 60:.6g}"] if a.baseline_minutes else []) + flags)
+
+
+def scratch_budget_points(a):
+    """The update counts of --scratch-budget-points (none: [])."""
+    return [int(u) for u in a.scratch_budget_points.split(",")] if a.scratch_budget_points else []
+
+
+def scratch_save_flags(a):
+    """With --scratch-budget-points: a checkpoint of every training from scratch at each of them, all kept (fairseq
+    validates there too; with --validate-interval-updates every save is at a common divisor of both)."""
+    points = scratch_budget_points(a)
+    if not points:
+        return []
+    every = reduce(math.gcd, points + ([a.validate_interval_updates] if a.validate_interval_updates else []))
+    return ["--save-interval-updates", str(every), "--keep-interval-updates", "-1"]
 
 
 def budget_points(a):
@@ -116,19 +140,32 @@ def save_interval(a, method):
     return reduce(math.gcd, points) if points else 0
 
 
-def finetune(a, data, m: Method, resume=False):
+#: the file a continued fine-tuning starts from, next to its start model's checkpoint_best.pt
+CONTINUED_START = "checkpoint_continue.pt"
+
+
+def finetune(a, data, m: Method, resume=False, start_updates=None):
     """fairseq-train from the method's start model (the same optimiser, criterion, learning rate and batches for
-    every method and its control). ``resume``: an interrupted run goes on from its checkpoint_last. Bounded by
-    updates only: fairseq's --stop-time-hours would count the training time stored in the start checkpoint."""
+    every method and its control). --finetune-protocol fresh: a new Adam at the fixed --finetune-lr; continue: the
+    start's Adam state and its inverse-sqrt rate going on from START_UPDATES (optim/continued.py). ``resume``: an
+    interrupted run goes on from its checkpoint_last. Bounded by updates only: fairseq's --stop-time-hours would
+    count the training time stored in the start checkpoint."""
     save_every = save_interval(a, m)  # checkpoints within the run (one may fall on an epoch's end)
     every = save_every > 0
-    start = [] if resume else ["--finetune-from-model", f"{m.start}/checkpoint_best.pt"]
+    if a.finetune_protocol == "continue":
+        rate = ["--lr", str(a.lr), "--lr-scheduler", "inverse_sqrt_continued", "--warmup-updates",
+                str(a.warmup_updates), "--lr-offset-updates", str(start_updates)]
+        start = ["--continue-once", f"{m.start}/{CONTINUED_START}", "--reset-dataloader", "--reset-meters"]
+    else:
+        rate = ["--lr", str(a.finetune_lr), "--lr-scheduler", "fixed"]
+        start = ["--finetune-from-model", f"{m.start}/checkpoint_best.pt"]
     return ([tool("fairseq-train"), data, "--user-dir", USER_DIR] + task_flags(m.name) + lang_flags(a)
             + ["--arch", m.arch] + recipe_model_flags(a)
             + ["--criterion", "label_smoothed_cross_entropy_with_sparsity", "--label-smoothing", "0.1",
-               "--optimizer", "adam_sparsity", "--sparsity-lr", str(a.sparsity_lr), "--adam-betas", "(0.9, 0.98)",
-               "--lr", str(a.finetune_lr), "--lr-scheduler", "fixed", "--max-update", str(updates_of(m, a))]
-            + start + ["--save-dir", m.name, "--save-interval-updates", str(save_every), "--keep-interval-updates", "-1"]
+               "--optimizer", "adam_sparsity", "--sparsity-lr", str(a.sparsity_lr), "--adam-betas", "(0.9, 0.98)"]
+            + rate + ["--max-update", str(updates_of(m, a))]
+            + ([] if resume else start)
+            + ["--save-dir", m.name, "--save-interval-updates", str(save_every), "--keep-interval-updates", "-1"]
             + common_train_flags(a, every) + distill_flags(a) + m.flags(a))
 
 
@@ -217,10 +254,16 @@ def pos_tags(text, split, bpe):
         [] if bpe else ["--bpe-marker", ""])
 
 
-def preprocess(a, prefix, destdir):
+def preprocess(a, prefix, destdir, dictionary=None, dict_only=False):
+    """fairseq-preprocess with one dictionary for both sides: built from the training split, or DICTIONARY;
+    ``dict_only``: the dictionary alone."""
+    if dict_only:
+        return [tool("fairseq-preprocess")] + lang_flags(a) + ["--trainpref", prefix["train"], "--destdir", destdir,
+                                                               "--joined-dictionary", "--dict-only", "--workers", "2"]
     return [tool("fairseq-preprocess")] + lang_flags(a) + [
         "--trainpref", prefix["train"], "--validpref", prefix["valid"], "--testpref", prefix["test"],
-        "--destdir", destdir, "--joined-dictionary", "--workers", "2"]
+        "--destdir", destdir, "--joined-dictionary"] + (["--srcdict", dictionary] if dictionary else []) + [
+        "--workers", "2"]
 
 
 def learn_bpe(merges, both, codes):

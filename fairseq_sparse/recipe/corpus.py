@@ -1,6 +1,7 @@
 """The recipe's data: the raw corpus (or data-bin) checked before any work, then tokenised (sacremoses), split
 into joint BPE (subword-nmt) and binarised (fairseq-preprocess)."""
 import os
+import shutil
 
 from . import commands
 from .lengths import truncate_sources
@@ -111,7 +112,7 @@ def _check_baseline_checkpoint(a, data):
 
 #: the options that make the prepared data what it is
 PREPARATION = ("source_lang", "target_lang", "tokenizer", "tokenizer_lang", "bpe_merges", "char_level",
-               "truncate_source")
+               "truncate_source", "train_fraction")
 
 
 def data_key(a, data):
@@ -121,7 +122,8 @@ def data_key(a, data):
         return {name: file_identity(os.path.join(data, name)) if name.startswith("dict.")
                 else os.path.getsize(os.path.join(data, name))
                 for name in sorted(os.listdir(data)) if name.startswith("dict.") or name.endswith(".bin")}
-    key = {"--" + o.replace("_", "-"): getattr(a, o) for o in PREPARATION}
+    key = {"--" + o.replace("_", "-"): getattr(a, o) for o in PREPARATION
+           if not (o == "train_fraction" and a.train_fraction == 1)}  # (work dirs made before the option: the same key)
     key.update({f"{split}.{lang}": file_identity(os.path.join(a.corpus, f"{split}.{lang}"))
                 for split in SPLITS for lang in (a.source_lang, a.target_lang)})
     return key
@@ -174,8 +176,37 @@ def prepare(a, wd, data):
         prefix = _characters(a, wd, prefix)
     prefix = truncate_sources(a, wd, prefix)  # counted (WORK/truncation.json) with or without a cut
     tmp = data + ".tmp"
-    wd.run("prepare", commands.preprocess(a, prefix, os.path.basename(tmp)), "preprocess.log")
+    dictionary = None
+    if a.train_fraction < 1:  # the whole training split's dictionary, a share of its pairs binarised
+        wd.run("prepare", commands.preprocess(a, prefix, "dict.tmp", dict_only=True), "dictionary.log")
+        dictionary = f"tok/dict.{a.source_lang}.txt"
+        os.replace(wd.path("dict.tmp", f"dict.{a.source_lang}.txt"), wd.path(dictionary))
+        shutil.rmtree(wd.path("dict.tmp"))
+        prefix = {**prefix, "train": train_share(a, wd, prefix["train"])}
+    wd.run("prepare", commands.preprocess(a, prefix, os.path.basename(tmp), dictionary), "preprocess.log")
     os.replace(tmp, data)
+
+
+def train_share(a, wd, train):
+    """--train-fraction F: the first round(F x N) pairs of the training split in one shuffle (seed 1, whatever
+    --seed: every work dir of a data-size study gets nested shares), written next to the prepared text."""
+    import random
+
+    sides = {}
+    for lang in (a.source_lang, a.target_lang):
+        with open(wd.path(f"{train}.{lang}"), encoding="utf-8") as f:
+            sides[lang] = f.readlines()
+    order = list(range(len(sides[a.source_lang])))
+    random.Random(1).shuffle(order)
+    keep = sorted(order[:max(1, round(a.train_fraction * len(order)))])
+    share = f"{train}.share"
+    for lang, lines in sides.items():
+        with open(wd.path(f"{share}.{lang}.tmp"), "w", encoding="utf-8") as g:
+            g.writelines(lines[i] for i in keep)
+        os.replace(wd.path(f"{share}.{lang}.tmp"), wd.path(f"{share}.{lang}"))
+    wd.record("prepare", f"(the first {len(keep)} of {len(order)} training pairs in one shuffle, seed 1: "
+                         f"--train-fraction {a.train_fraction:g}; the dictionary from all of them)")
+    return share
 
 
 def _tokenise(a, wd):

@@ -9,6 +9,7 @@ from .evaluation import Evaluation, distinct_outputs, lead_baseline, same_hypoth
 from .methods import BY_NAME, CONTROL_OF, METHODS, STEP_SUMMARY, STEPS, updates_of
 from .options import fail, parse_args
 from .budget import budget_rows, decode_budget_points, plot_gap
+from .gap_analysis import gap_analysis, kept_results
 from .report import metric_name, plots_in, render
 from .seqkd import distill_data
 from .speed import speed, speed_results
@@ -46,6 +47,8 @@ class Recipe:
             speed(self.a, self.wd, self.data)
         elif name == "report":
             self.report()
+        elif name == "gap_analysis":
+            gap_analysis(self.a, self.ev, [m.name for m in METHODS if self.done(m)])
         elif name == "importance":
             training.importance(self.a, self.wd, self.data)
             self.ev.evaluate(BY_NAME[name])
@@ -86,7 +89,7 @@ class Recipe:
                                for m in reported if m.start is None and m.arch},
                    "timing": {m.name: load_json(self.wd.path(m.name, "timing.json"))
                               for m in reported if os.path.exists(self.wd.path(m.name, "timing.json"))},
-                   "converged": self.converged(rows)}
+                   "converged": self.converged(rows), "gap_analysis": kept_results(self.wd)}
         for m in reported:
             if m.full_memory:
                 results[f"{m.name}_exact"] = same_hypotheses(rows[m.name], self.ev.full_memory(m))

@@ -3,7 +3,7 @@
 The step list, each model's equal-updates control, how it is evaluated and the report's row order all
 follow from :data:`METHODS`. Adding a method is one row here plus its page in docs/.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, List, Optional, Tuple
 
 #: how a trained model is decoded for the report
@@ -186,10 +186,54 @@ METHODS: Tuple[Method, ...] = (
                             "--sparsity-target-warmup-updates", str(min(a.target_warmup_updates, a.curve_updates // 2))]),
 )
 
+#: the methods the recipe can also train from random weights (``<name>_scratch``), beside the stock baseline
+SCRATCH_OF = ("l0drop", "heads_all", "pattern_freq", "pattern_pos", "pattern_group")
+#: the options of a sparsity pressure (a gated method's): held back until --scratch-pressure-start from scratch
+PRESSURE_OPTIONS = ("--l0drop-target-sparsity", "--head-gates-target-sparsity", "--l0drop-lambda")
+
+
+def scratch_flags(flags, a):
+    """A method's fine-tuning options made a training from random weights: a gated method's pressure (target or
+    fixed lambda) held back until update --scratch-pressure-start, then ramped in over --scratch-pressure-ramp
+    updates, so that the gates cannot close while the model is still a language model (Zhang, Titov & Sennrich
+    2021 Sec. 6 ramp lambda over 200k of 300k updates; pressure from update 0 closed every gate here,
+    reports/2026-11-26-l0drop-from-scratch). Rule-based patterns drop their states from update 0."""
+    flags = list(flags)
+    if not any(f in flags for f in PRESSURE_OPTIONS):
+        return flags
+    start, ramp = (str(u) for u in scratch_pressure(a))
+    if "--sparsity-target-warmup-updates" in flags:
+        flags[flags.index("--sparsity-target-warmup-updates") + 1] = ramp
+    else:
+        flags += ["--sparsity-warmup-updates", ramp]
+    return flags + ["--sparsity-start-update", start]
+
+
+def scratch_pressure(a) -> Tuple[int, int]:
+    """(first update with pressure, updates of its ramp) of a gated method trained from scratch: the options, or a
+    third of --baseline-updates each."""
+    return tuple(a.baseline_updates // 3 if u is None else u for u in (a.scratch_pressure_start, a.scratch_pressure_ramp))
+
+
+def from_scratch(m: Method) -> Method:
+    """Method M trained from random weights with the baseline's command line, budget and batches (its control:
+    the baseline, at equal updates: ``--scratch-budget-points``); decoded from its last checkpoint, since a best
+    checkpoint by validation could be one from before its pressure reached the target."""
+    return replace(m, name=f"{m.name}_scratch", summary=f"{m.summary}, trained from scratch beside the baseline",
+                   what=lambda a: f"{m.what(a)}, trained from scratch (pressure from update {scratch_pressure(a)[0]}, "
+                                  f"ramped over {scratch_pressure(a)[1]})"
+                   if any(f in m.flags(a) for f in PRESSURE_OPTIONS) else f"{m.what(a)}, trained from scratch",
+                   start=None, control="baseline", opt_in=True, checkpoint_every=False,
+                   decoding=m.decoding if m.decoding in BUDGET_DECODINGS else "last",
+                   flags=lambda a: scratch_flags(m.flags(a), a))
+
+
+METHODS = METHODS + tuple(from_scratch(m) for m in METHODS if m.name in SCRATCH_OF)
 BY_NAME = {m.name: m for m in METHODS}
 #: steps that are not a model: preparing the data, the benchmarks, the report
-STEPS: Tuple[str, ...] = ("prepare", "baseline", "distill_data") + tuple(m.name for m in METHODS[1:]) + ("speed", "report")
-OPT_IN_STEPS: Tuple[str, ...] = tuple(m.name for m in METHODS if m.opt_in) + ("distill_data", "speed")
+STEPS: Tuple[str, ...] = (("prepare", "baseline", "distill_data") + tuple(m.name for m in METHODS[1:])
+                          + ("speed", "gap_analysis", "report"))
+OPT_IN_STEPS: Tuple[str, ...] = tuple(m.name for m in METHODS if m.opt_in) + ("distill_data", "speed", "gap_analysis")
 DEFAULT_STEPS: Tuple[str, ...] = tuple(s for s in STEPS if s not in OPT_IN_STEPS)
 #: every model of the report -> its equal-updates control
 CONTROL_OF = {m.name: m.control for m in METHODS if m.control}
@@ -197,6 +241,9 @@ STEP_SUMMARY = {"prepare": "tokenise, BPE and binarise the corpus",
                 "distill_data": "sequence-level distillation data: the baseline's beam-5 translations of the "
                                 "training sources (Kim & Rush 2016 Sec. 3.2), for --seq-kd",
                 "speed": "the benchmarks on the trained models' shapes, against stock fairseq",
+                "gap_analysis": "where each source-pruning model loses against its control at equal updates: by "
+                                "segment type and source length, brevity, copied words by pruned or kept, train "
+                                "and valid NLL (no training)",
                 "report": "every finished model's results in WORK/REPORT.md and WORK/results.json",
                 **{m.name: m.summary for m in METHODS}}
 

@@ -71,6 +71,9 @@ def _data(p):
                         f"{CHAR_BOUNDARY!r} between words, no BPE; decoded output joined back (fairseq's "
                         f"--remove-bpe sentencepiece); the curve step adds the pruned characters' position inside "
                         f"their word (Fig. 6)")
+    g.add_argument("--train-fraction", type=float, default=1.0, metavar="F",
+                   help="train on the first F of the training pairs in one fixed shuffle (BPE and dictionary from all "
+                        "of them; valid and test whole): the data-size axis of a study, one work dir per F")
     g.add_argument("--truncate-source", type=int, default=0, metavar="N",
                    help="cut every source (all splits) to its first N tokens after tokenisation and BPE, as fairseq's "
                         "--truncate-source does; counted per split in WORK/truncation.json and the report; "
@@ -145,7 +148,27 @@ def _budget(p):
                    help="update counts (comma list, rising, at most --finetune-updates) at which every fine-tuned "
                         "method and its control are both decoded, from checkpoints of one run each: the quality "
                         "gap against the budget (a table, and budget/gap.png)")
-    g.add_argument("--finetune-lr", type=float, default=5e-4, help="fixed learning rate of every fine-tuning")
+    g.add_argument("--scratch-budget-points", default="",
+                   help="update counts (comma list, rising, at most --baseline-updates) at which the baseline and "
+                        "every method trained from scratch (the *_scratch steps) are saved and decoded: their gap at "
+                        "equal updates against the budget")
+    g.add_argument("--scratch-pressure-start", type=int, default=None, metavar="U",
+                   help="a gated method trained from scratch (l0drop_scratch, heads_all_scratch) feels no sparsity "
+                        "pressure before update U (default: a third of --baseline-updates)")
+    g.add_argument("--scratch-pressure-ramp", type=int, default=None, metavar="N",
+                   help="... then its target (or lambda) rises from 0 over N updates (default: a third of "
+                        "--baseline-updates)")
+    g.add_argument("--segment-types", metavar="FILE",
+                   help="the gap_analysis step's segment types: one label per test sentence, in order (a TSV's last "
+                        "column; a trailing number is dropped, so para0 and para1 are one type), e.g. synopsis and "
+                        "paragraph")
+    g.add_argument("--finetune-protocol", choices=("fresh", "continue"), default="fresh",
+                   help="how every fine-tuning (method and control alike) starts: fresh, a new Adam at the fixed "
+                        "--finetune-lr; continue, the start model's Adam state and its inverse-sqrt rate going on "
+                        "from its last update (--lr, --warmup-updates), as Zhang, Titov & Sennrich (2021)'s code "
+                        "fine-tunes L0Drop")
+    g.add_argument("--finetune-lr", type=float, default=5e-4,
+                   help="fixed learning rate of every fine-tuning (--finetune-protocol fresh)")
     g.add_argument("--finetune-updates", type=int, default=2100,
                    help="updates of every fine-tuning and control (the default: what the quality study needed, "
                         f"{HEAD_GATES_REPORT}: head gates in all three types came within 0.5 BLEU of their control "
@@ -310,6 +333,11 @@ def _check_langs(a):
         return "--char-level splits the corpus while it is prepared: use --corpus (a --data-bin is binarised already)"
     if a.bpe_merges is None:
         a.bpe_merges = 0 if a.char_level else 8000
+    if not 0 < a.train_fraction <= 1:
+        return "--train-fraction must lie in (0, 1]"
+    if a.train_fraction < 1 and a.data_bin:
+        return ("--train-fraction takes a share of the corpus while it is prepared: use --corpus (a --data-bin is "
+                "binarised already)")
     if a.truncate_source and a.data_bin:
         return ("--truncate-source cuts the prepared text before it is binarised: use --corpus (a --data-bin is "
                 "binarised already; truncate it with fairseq-preprocess's inputs)")
@@ -418,6 +446,19 @@ def _check_lists(a):
         return "--budget-points: a comma list of update counts"
     if points and (points != sorted(set(points)) or points[0] < 1 or points[-1] > a.finetune_updates):
         return f"--budget-points must rise, from 1 to at most --finetune-updates ({a.finetune_updates})"
+    try:
+        scratch = [int(u) for u in a.scratch_budget_points.split(",")] if a.scratch_budget_points else []
+    except ValueError:
+        return "--scratch-budget-points: a comma list of update counts"
+    if scratch and (scratch != sorted(set(scratch)) or scratch[0] < 1 or scratch[-1] > a.baseline_updates):
+        return f"--scratch-budget-points must rise, from 1 to at most --baseline-updates ({a.baseline_updates})"
+    for name in ("scratch_pressure_start", "scratch_pressure_ramp"):
+        if getattr(a, name) is not None and getattr(a, name) < 0:
+            return f"--{name.replace('_', '-')} must not be negative"
+    scratch_steps = [s for s in a.steps.split(",") if s.endswith("_scratch")]
+    if scratch_steps and (a.baseline_patience or a.baseline_minutes):
+        return (f"step {scratch_steps[0]} is compared with the baseline at equal updates: both must train exactly "
+                "--baseline-updates (--baseline-patience 0, no --baseline-minutes)")
     if not lengths or min(lengths) < 2:
         return "--speed-lengths must be at least 2 tokens"
     if not a.composed_head_gates or any(t not in ("enc", "dec", "encdec") for t in a.composed_head_gates.split(",")):
@@ -441,7 +482,7 @@ def _check_lists(a):
 
 def _check_files(a):
     """A missing input file, or tags the POS pattern cannot get, as a message, or None."""
-    for name in ("function_words", "gold_alignments"):
+    for name in ("function_words", "gold_alignments", "segment_types"):
         path = getattr(a, name)
         if path is not None and not os.path.isfile(path):
             return f"--{name.replace('_', '-')}: no such file {path}"

@@ -241,7 +241,8 @@ def curve_lines(a, curve):
 def budget_lines(a, budget):
     if not budget:
         return []
-    lines = ["The gap to the equal-updates control against the fine-tuning budget (checkpoints of one run each; "
+    lines = ["The gap to the equal-updates control against the budget (updates of the fine-tuning, or from random "
+             "weights for the *_scratch models beside the baseline; checkpoints of one run each; "
              f"p: {test_name(a)}):", "",
              f"| model | updates | {metric_name(a)} | control (its {metric_name(a)}) | gap | p | L0Drop sparsity "
              "| heads closed |",
@@ -252,6 +253,34 @@ def budget_lines(a, budget):
                   f"{cell(p['p_value'], '.3f')} | {cell(p['l0drop_sparsity'], '.1%')} | "
                   f"{cell(p.get('heads_closed'), '.1%')} |" for p in points]
     return lines + [""]
+
+
+def gap_lines(analyses):
+    """The gap_analysis step's tables: per model against its control at equal updates."""
+    if not analyses:
+        return []
+    lines = ["## Where the source-pruning models lose (gap_analysis)", ""]
+    for name, r in analyses.items():
+        b, nll = r["brevity"], r["nll"]
+        lines += [f"**{name}** against {r['control']} ({r['sparsity']:.1%} of test source pieces pruned): BLEU "
+                  f"{r['overall']['method']:.2f} against {r['overall']['control']:.2f}, length ratio "
+                  f"{b['method']['ratio']:.3f} against {b['control']['ratio']:.3f} (BP {b['method']['bp']:.3f} / "
+                  f"{b['control']['bp']:.3f}); NLL per target token (base 2) train {nll['method']['train']['nll_loss']:.3f} "
+                  f"/ {nll['control']['train']['nll_loss']:.3f}, valid {nll['method']['valid']['nll_loss']:.3f} / "
+                  f"{nll['control']['valid']['nll_loss']:.3f} (model / control).", "",
+                  "| group | sentences | control | model | gap | relative | length ratio (model / control) |",
+                  "|---|---|---|---|---|---|---|"]
+        for title in ("by_segment_type", "by_length"):
+            for group, g in (r.get(title) or {}).items():
+                lines.append(f"| {'length ' if title == 'by_length' else ''}{group} | {g['sentences']} | "
+                             f"{g['control']:.2f} | {g['method']:.2f} | {g['gap']:+.2f} | "
+                             f"{cell(g['relative_gap'], '+.1%')} | {g['method_ratio']:.3f} / {g['control_ratio']:.3f} |")
+        recall = r["copy_recall"]
+        lines += ["", "Reference words copied verbatim from the source, recalled (model / control), by what the model "
+                  "did to their source pieces: " + "; ".join(
+                      f"{state} {c['recall']:.1%} / {recall['control'].get(state, {}).get('recall') or 0:.1%} "
+                      f"({c['words']} words)" for state, c in recall["method"].items()), ""]
+    return lines
 
 
 def plot_lines(plots):
@@ -279,5 +308,6 @@ def render(results):
             + reading_lines(a, models, results.get("lead")) + exactness_lines(results)
             + attention_lines(results["attention"]) + speed_lines(results["speed"], results.get("noise", []))
             + curve_lines(a, results["curve"]) + budget_lines(a, results.get("budget", {}))
+            + gap_lines(results.get("gap_analysis", {}))
             + plot_lines(results.get("plots", []))
             + command_lines(results.get("commands", {})))

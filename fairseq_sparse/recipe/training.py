@@ -24,6 +24,8 @@ def train(a, wd, data, m: Method):
     if wd.finished(m.name, updates_of(m, a)):
         print(f"  {m.name}: done already ({wd.path(m.name)}); skipped")
         return
+    if a.finetune_protocol == "continue" and m.start is not None:
+        continued_start(wd, m)
     start, before = time.time(), _updates(wd, m.name)
     out = wd.run(m.name, cmd, f"{m.name}.log")
     record_timing(wd, m.name, time.time() - start, _updates(wd, m.name) - before)
@@ -36,13 +38,38 @@ def train_command(a, wd, data, m: Method):
     checkpoint_last where there is one; on the baseline's translations with --seq-kd)."""
     if m.start is None:
         return commands.train_from_scratch(a, data, m)
+    start_updates = None
+    if a.finetune_protocol == "continue" and os.path.exists(wd.path(m.start, "checkpoint_best.pt")):
+        start_updates = _updates(wd, m.start, "checkpoint_best.pt")
     return commands.finetune(a, seqkd_data(wd) if a.seq_kd else data, m,
-                             resume=os.path.exists(wd.path(m.name, "checkpoint_last.pt")))
+                             resume=os.path.exists(wd.path(m.name, "checkpoint_last.pt")), start_updates=start_updates)
+
+
+def continued_start(wd, m: Method):
+    """--finetune-protocol continue: WORK/START/checkpoint_continue.pt, the start's checkpoint_best.pt with its
+    optimiser state made a start for the sparsity criterion and adam_sparsity (optim/continued.py); again when the
+    start changed."""
+    import torch
+
+    from ..checkpoint_safety import read_state
+    from ..optim.continued import continued_start as continued
+
+    source, output = f"{m.start}/checkpoint_best.pt", f"{m.start}/{commands.CONTINUED_START}"
+
+    def write():
+        try:
+            state = continued(read_state(wd.path(source)))
+        except ValueError as e:
+            fail(f"{m.name}: --finetune-protocol continue: {source}: {e}")
+        torch.save(state, wd.path(output + ".tmp"))
+        os.replace(wd.path(output + ".tmp"), wd.path(output))
+    wd.produced(output, [source], write)
 
 
 #: fairseq-train options that bound a run, not what it trains: a budget raised later resumes the same run
 BUDGET_OPTIONS = ("--max-update", "--save-interval-updates", "--keep-interval-updates", "--no-epoch-checkpoints",
-                  "--stop-time-hours", "--patience", "--finetune-from-model")
+                  "--stop-time-hours", "--patience", "--finetune-from-model", "--continue-once", "--reset-dataloader",
+                  "--reset-meters")
 
 
 def check_model(a, wd, m, cmd):
@@ -63,10 +90,10 @@ def check_model(a, wd, m, cmd):
         fail(f"{m.name} in {wd.work} has {done} updates, more than this run's {bound} {wanted}: {remedy}")
 
 
-def _updates(wd, name):
+def _updates(wd, name, checkpoint="checkpoint_last.pt"):
     from ..checkpoint_safety import read_state, state_updates
 
-    last = wd.path(name, "checkpoint_last.pt")
+    last = wd.path(name, checkpoint)
     return (state_updates(read_state(last)) or 0) if os.path.exists(last) else 0
 
 

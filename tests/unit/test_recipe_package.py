@@ -27,9 +27,10 @@ def test_every_control_and_start_runs_before_the_model_that_needs_it():
 
 def test_steps_controls_and_opt_ins_follow_from_the_table():
     names = [m.name for m in methods.METHODS]
-    assert methods.STEPS == ("prepare", names[0], "distill_data", *names[1:], "speed", "report")
+    assert methods.STEPS == ("prepare", names[0], "distill_data", *names[1:], "speed", "gap_analysis", "report")
+    scratch = {f"{n}_scratch" for n in methods.SCRATCH_OF}
     assert set(methods.OPT_IN_STEPS) == {"speed", "pattern_pos", "l0drop_low", "l0drop_layers", "simplified_control", "composed",
-                                         "distill_data"}
+                                         "distill_data", "gap_analysis"} | scratch
     assert methods.CONTROL_OF["l0drop"] == "control" and methods.CONTROL_OF["heads_enc"] == "control_frozen"
     assert "baseline" not in methods.CONTROL_OF and "curve" not in methods.CONTROL_OF
     assert set(methods.STEP_SUMMARY) == set(methods.STEPS)

@@ -1,0 +1,131 @@
+"""The ``gap_analysis`` step: where each source-pruning model (L0Drop, the rule-based patterns, and their *_scratch
+forms) loses against its control at equal updates, from decodings and forward passes only (no training): the gap
+by segment type (--segment-types) and by source length, brevity, the recall of reference words copied verbatim from
+the source split by whether the model pruned their pieces, and train against valid NLL of both models
+(under-fitting or generalisation). One JSON per model in WORK/gap_analysis/, and a section of the report."""
+import csv
+import os
+import re
+
+from . import commands
+from .budget import checkpoints_by_updates
+from .methods import BY_NAME, METHODS, Method
+from .workdir import checkpoint_identity, load_json, save_json
+from ..analysis import gap
+
+
+def analysed(a, wd, finished):
+    """The finished models that prune source states (an L0Drop architecture) and have a control."""
+    return [m for m in METHODS if m.name in finished and m.arch == "transformer_l0drop" and m.control
+            and "--head-gates" not in m.flags(a)]
+
+
+def control_decoding(ev, m: Method):
+    """(key, checkpoint) of M's control at M's updates: the baseline's checkpoint at them for a model trained from
+    scratch (decoded from --scratch-budget-points' checkpoints), the control's own decoding for a fine-tuning."""
+    control = BY_NAME[m.control]
+    if m.start is None:
+        updates = checkpoint_identity(ev.wd.path(m.name, "checkpoint_last.pt"))["updates"]
+        theirs = checkpoints_by_updates(ev.wd, control.name)
+        if updates not in theirs:
+            return None
+        return ev.at_updates(control, updates, theirs)
+    return control.name, ev.checkpoint(control)
+
+
+def gates(a, wd, data, name, checkpoint):
+    """{sentence id: (pieces, pruned flags)} of the test split under CHECKPOINT (fairseq-sparse-l0drop-gates)."""
+    out = f"gap_analysis/{name}.gates.tsv"
+    cmd = [commands.tool("fairseq-sparse-l0drop-gates"), data, "--user-dir", commands.USER_DIR, "--path", checkpoint,
+           "--gen-subset", "test", "--gates-output", out, "--overwrite", "--batch-size", str(a.batch_size)] + (
+        commands.task_flags(name) + commands.lang_flags(a) + commands.cpu_flag(a) + commands.position_flags(a))
+    wd.produced(out, [checkpoint], lambda: wd.run("gap_analysis", cmd, f"gates.{name}.log"), [wd.shown(cmd)])
+    by_id = {}
+    with open(wd.path(out), encoding="utf-8") as f:
+        for row in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE):
+            pieces, pruned = by_id.setdefault(int(row["id"]), ([], []))
+            pieces.append(row["token"])
+            pruned.append(row["pruned"] == "1")
+    return by_id
+
+
+def nll(a, wd, data, key, checkpoint):
+    """{subset: valid loss and NLL per target token (base 2)} of CHECKPOINT on the whole train and valid splits
+    (fairseq-validate, teacher forced, dropout off): a model that fits train as well as its control but
+    generalises worse differs on valid only."""
+    def compute():
+        cmd = ([commands.tool("fairseq-validate"), data, "--user-dir", commands.USER_DIR, "--path", checkpoint,
+                "--valid-subset", "train,valid", "--max-tokens", str(a.max_tokens), "--num-workers", "0"]
+               + commands.task_flags(key.split("@")[0]) + commands.lang_flags(a) + commands.cpu_flag(a)
+               + commands.position_flags(a) + ["--skip-invalid-size-inputs-valid-test"])
+        out = wd.run("gap_analysis", cmd, f"validate.{key}.log")
+        found = {}
+        for subset in ("train", "valid"):
+            m = re.search(rf"valid on '{subset}' subset \| loss ([\d.]+) \| nll_loss ([\d.]+)", out)
+            if m is None:
+                raise RuntimeError(f"fairseq-validate printed no loss for {subset} (log validate.{key}.log)")
+            found[subset] = {"loss": float(m.group(1)), "nll_loss": float(m.group(2))}
+        return found
+    return wd.cached(f"nll.{key}", [checkpoint], compute, {"max_tokens": a.max_tokens})
+
+
+def segment_types(a, n):
+    """One label per test sentence from --segment-types (a trailing number dropped: para0, para1 -> para), or
+    None without it."""
+    if not a.segment_types:
+        return None
+    with open(a.segment_types, encoding="utf-8") as f:
+        labels = [re.sub(r"\d+$", "", line.strip().split("\t")[-1]) for line in f if line.strip()]
+    if len(labels) != n:
+        raise ValueError(f"--segment-types {a.segment_types}: {len(labels)} labels for {n} test sentences")
+    return labels
+
+
+def analyse(a, ev, m: Method):
+    """One model's analysis against its control (None where the control has no decoding at M's updates)."""
+    wd, tokenize = ev.wd, "13a" if a.tokenizer == "moses" else "none"
+    pair = control_decoding(ev, m)
+    if pair is None:
+        return None
+    mine, theirs = ev.generate(m.name, ev.checkpoint(m)), ev.generate(*pair)
+    refs, hyps, ctrl = mine["references"], [h for h, _ in mine["hypotheses"]], [h for h, _ in theirs["hypotheses"]]
+    by_id = gates(a, wd, ev.data, m.name, ev.checkpoint(m))
+    ids = sorted(by_id)
+    if len(ids) != len(refs):
+        raise ValueError(f"{m.name}: {len(ids)} sentences with gates, {len(refs)} decoded")
+    sep = "@@" if a.bpe_merges else ""
+    sources = [gap.source_words(by_id[i][0][:-1], by_id[i][1][:-1], sep) for i in ids]  # </s> left out
+    lengths = [gap.length_bucket(len(by_id[i][0]) - 1) for i in ids]
+    types = segment_types(a, len(refs))
+    result = {"model": m.name, "control": pair[0], "checkpoint": ev.checkpoint(m), "control_checkpoint": pair[1],
+              "overall": gap.by_group(["all"] * len(refs), ctrl, hyps, refs, tokenize)["all"],
+              "brevity": {"method": gap.brevity(hyps, refs, tokenize), "control": gap.brevity(ctrl, refs, tokenize)},
+              "by_length": gap.by_group(lengths, ctrl, hyps, refs, tokenize),
+              "by_segment_type": gap.by_group(types, ctrl, hyps, refs, tokenize) if types else None,
+              "copy_recall": {"method": gap.copy_recall(sources, refs, hyps),
+                              "control": gap.copy_recall(sources, refs, ctrl)},
+              "sparsity": round(sum(sum(by_id[i][1][:-1]) for i in ids) / sum(len(by_id[i][1]) - 1 for i in ids), 4),
+              "nll": {"method": nll(a, wd, ev.data, m.name, ev.checkpoint(m)),
+                      "control": nll(a, wd, ev.data, pair[0], pair[1])}}
+    return result
+
+
+def gap_analysis(a, ev, finished):
+    """Every analysed model's result, in WORK/gap_analysis/NAME.json (the step) or read back (the report)."""
+    os.makedirs(ev.wd.path("gap_analysis"), exist_ok=True)
+    out = {}
+    for m in analysed(a, ev.wd, finished):
+        r = analyse(a, ev, m)
+        if r is not None:
+            save_json(ev.wd.path("gap_analysis", f"{m.name}.json"), r)
+            out[m.name] = r
+    return out
+
+
+def kept_results(wd):
+    """The gap analyses a gap_analysis step left in WORK/gap_analysis/ ({} where none)."""
+    folder = wd.path("gap_analysis")
+    if not os.path.isdir(folder):
+        return {}
+    return {f[:-len(".json")]: load_json(os.path.join(folder, f)) for f in sorted(os.listdir(folder))
+            if f.endswith(".json")}
