@@ -10,7 +10,11 @@
 #   RECIPE_ARGS="--corpus DIR -s en -t de --amp --baseline-minutes 3 ..." \
 #       scripts/gpu_study.sh WORK_PREFIX "1 2" baseline control,l0drop
 #
-# WORK_PREFIX<seed> is each seed's work dir; {seed} in RECIPE_ARGS is replaced by each seed (e.g. each seed's own
+# WORK_PREFIX<seed> is each seed's work dir; {seed} in RECIPE_ARGS is replaced by each seed. A run may also be
+# SEED@TAG (TAG: letters, digits, '.', '_', '-'), for several work dirs of one seed, e.g. one per data-bin: its work dir
+# is WORK_PREFIX<TAG>_s<SEED> and {tag} in RECIPE_ARGS is replaced by TAG. A run may also be
+# SEED@TAG (TAG: letters, digits, '.', '_', '-'), for several work dirs of one seed, e.g. one per data-bin: its work dir
+# is WORK_PREFIX<TAG>_s<SEED> and {tag} in RECIPE_ARGS is replaced by TAG (e.g. each seed's own
 # baseline brought back by an earlier call: --baseline-checkpoint gpu_carry/s{seed}_baseline_checkpoint_best.pt). Where WORK_PREFIX<first seed> holds a prepared data-bin (the prepare
 # step run beforehand, e.g. on a CPU machine), the other seeds' dirs start from a copy of it (data-bin, tok,
 # truncation.json) instead of preparing again. SECONDS_LEFT: the whole script's wall-clock budget, install
@@ -33,7 +37,10 @@ cd "$(dirname "$0")/.."
 [[ $# -ge 3 ]] || { echo "usage: gpu_study.sh WORK_PREFIX SEEDS PHASE [PHASE ...]  (RECIPE_ARGS: the recipe's options)"; exit 2; }
 PREFIX=$1 SEEDS=$2; shift 2
 [[ -n "${RECIPE_ARGS:-}" ]] || { echo "gpu_study.sh: RECIPE_ARGS must hold the recipe's options (--corpus or --data-bin ...)"; exit 2; }
-for seed in $SEEDS; do [[ "$seed" =~ ^[0-9]+$ ]] || { echo "gpu_study.sh: seed '$seed' is not a whole number"; exit 2; }; done
+for seed in $SEEDS; do [[ "$seed" =~ ^[0-9]+(@[A-Za-z0-9._-]+)?$ ]] || { echo "gpu_study.sh: seed '$seed' is not a whole number (or SEED@TAG)"; exit 2; }; done
+[[ -n "${SEEDS// /}" ]] || { echo "gpu_study.sh: no seed given"; exit 2; }
+dir_of() { if [[ "$1" == *@* ]]; then echo "$PREFIX${1#*@}_s${1%%@*}"; else echo "$PREFIX$1"; fi; }  # a run's work dir
+args_of() { local a=${RECIPE_ARGS//\{seed\}/${1%%@*}}; [[ "$1" == *@* ]] && a=${a//\{tag\}/${1#*@}}; echo "$a"; }
 [[ -z "${SECONDS_LEFT:-}" || "$SECONDS_LEFT" =~ ^[1-9][0-9]*$ ]] \
     || { echo "gpu_study.sh: SECONDS_LEFT must be whole seconds > 0, got '$SECONDS_LEFT'"; exit 2; }
 [[ "${BRING_BACK_FILES:-8}" =~ ^[1-9][0-9]*$ && "${BRING_BACK_MIB:-15.5}" =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)$ ]] \
@@ -49,53 +56,60 @@ if [[ ! -x "$RECIPE" && "${DEVICE:-cuda}" != cpu ]]; then
     RECIPE=$(dirname "$(command -v python3)")/fairseq-sparse-recipe
 fi
 first=${SEEDS%% *}
-# the recipe's own checks of every option, step and input (unknown steps, bad ranges, a missing corpus) before any work
-# shellcheck disable=SC2086
-"$(dirname "$RECIPE")/python" -c 'import sys; from fairseq_sparse.recipe.main import checked; checked(sys.argv[1:])' \
-    ${RECIPE_ARGS//\{seed\}/$first} --device "${DEVICE:-cuda}" --work-dir "$PREFIX$first" --steps "$(IFS=,; echo "$*"),report" || exit 2
+# the recipe's own checks of every option, step and input (unknown steps, bad ranges, a missing corpus) before any work:
+# the first seed's, and every tagged run's (each may read its own data)
+for seed in $SEEDS; do
+    [[ "$seed" == "$first" || "$seed" == *@* ]] || continue
+    # shellcheck disable=SC2046
+    "$(dirname "$RECIPE")/python" -c 'import sys; from fairseq_sparse.recipe.main import checked; checked(sys.argv[1:])' \
+        $(args_of "$seed") --device "${DEVICE:-cuda}" --work-dir "$(dir_of "$seed")" --steps "$(IFS=,; echo "$*"),report" || exit 2
+done
 [[ -z "${CHECK_ONLY:-}" ]] || { echo "gpu_study.sh: options, steps and inputs checked (CHECK_ONLY: nothing run)"; exit 0; }
 for seed in $SEEDS; do
-    W=$PREFIX$seed
-    if [[ ! -d "$W/data-bin" && -d "$PREFIX$first/data-bin" ]]; then
+    [[ "$seed" == *@* ]] && continue  # a tagged run reads the data its own RECIPE_ARGS name
+    W=$(dir_of "$seed") F=$(dir_of "$first")
+    if [[ ! -d "$W/data-bin" && -d "$F/data-bin" ]]; then
         mkdir -p "$W"
-        for f in data-bin tok truncation.json; do [[ -e "$PREFIX$first/$f" ]] && cp -r "$PREFIX$first/$f" "$W"/; done
+        for f in data-bin tok truncation.json; do [[ -e "$F/$f" ]] && cp -r "$F/$f" "$W"/; done
     fi
 done
 
 recipe() {  # SEED STEPS
-    local W=$PREFIX$1 limit=()
+    local W limit=()
+    W=$(dir_of "$1")
     mkdir -p "$W"
     if [[ -n "${SECONDS_LEFT:-}" ]]; then
         (( SECONDS < SECONDS_LEFT )) || { echo "  seed $1, $2: no time left"; return; }
         limit=(timeout $((SECONDS_LEFT - SECONDS)))
     fi
     # shellcheck disable=SC2086
-    "${limit[@]}" "$RECIPE" ${RECIPE_ARGS//\{seed\}/$1} --device "${DEVICE:-cuda}" --seed "$1" --work-dir "$W" \
+    "${limit[@]}" "$RECIPE" $(args_of "$1") --device "${DEVICE:-cuda}" --seed "${1%%@*}" --work-dir "$W" \
         --steps "$2" --quiet --threads "${THREADS:-2}" >> "$W/study.${2//,/+}.out" 2>&1
     echo "  seed $1, $2: exit $? ($(date +%T))"
 }
 
 pack() {
     [[ -n "${OUT:-}" ]] || return 0
-    local dirs=(); for seed in $SEEDS; do dirs+=("$PREFIX$seed"); done
+    local dirs=(); for seed in $SEEDS; do dirs+=("$(dir_of "$seed")"); done
     tar -czf "$OUT/study.tgz" --exclude='*.pt' --exclude=data-bin --exclude=tok "${dirs[@]}"
 }
 
 bring_back() {  # model-only fp16 copies, in parts where one is over 16 MiB, as long as the 8 files that come back hold them
     [[ -n "${OUT:-}" && -n "${BRING_BACK:-}" ]] || return 0
-    local entry seed ckpt tmp files
+    local entry seed ckpt tmp files W
     tmp=$(mktemp -d)
     for entry in $BRING_BACK; do
         for seed in $SEEDS; do
             ckpt=$entry
             if [[ "$entry" == *:* ]]; then [[ "${entry%%:*}" == "$seed" ]] || continue; ckpt=${entry#*:}; fi
-            [[ -f "$PREFIX$seed/$ckpt" ]] || { echo "  bring back $PREFIX$seed/$ckpt: none"; continue; }
-            "$(dirname "$RECIPE")/python" scripts/checkpoint_parts.py split "$PREFIX$seed/$ckpt" \
-                "$tmp/s${seed}_${ckpt//\//_}" --max-mib "${BRING_BACK_MIB:-15.5}" > /dev/null \
-                || { echo "  bring back $PREFIX$seed/$ckpt: failed"; rm -f "$tmp"/*; continue; }
+            W=$(dir_of "$seed")
+            [[ -f "$W/$ckpt" ]] || { echo "  bring back $W/$ckpt: none"; continue; }
+            "$(dirname "$RECIPE")/python" scripts/checkpoint_parts.py split "$W/$ckpt" \
+                "$tmp/s${seed//@/_}_${ckpt//\//_}" --max-mib "${BRING_BACK_MIB:-15.5}" > /dev/null \
+                || { echo "  bring back $W/$ckpt: failed"; rm -f "$tmp"/*; continue; }
             files=$(( $(find "$OUT" -maxdepth 1 -type f | wc -l) + $(find "$tmp" -type f | wc -l) ))
             if (( files > ${BRING_BACK_FILES:-8} )); then
-                echo "  bring back $PREFIX$seed/$ckpt: left out ($files files would be more than the ${BRING_BACK_FILES:-8} that come back)"
+                echo "  bring back $W/$ckpt: left out ($files files would be more than the ${BRING_BACK_FILES:-8} that come back)"
                 rm -f "$tmp"/*
             else
                 mv "$tmp"/* "$OUT"/

@@ -72,7 +72,7 @@ def copy_recall(sources: Sequence[Sequence[tuple]], refs: Sequence[str], hyps: S
 
         t13a = Tokenizer13a()
         tokenize = lambda s: t13a(s).split()  # noqa: E731
-    totals: Dict[str, List[int]] = {}
+    totals: Dict[str, List[int]] = {"all": [0, 0]}
     for words, ref, hyp in zip(sources, refs, hyps):
         state_of = {}
         for w, state in words:

@@ -108,7 +108,7 @@ def train_from_scratch(a, data, m: Method):
                "--optimizer"] + optimizer + ["--adam-betas", "(0.9, 0.98)", "--clip-norm", "0.0",
                "--lr", str(a.lr), "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(a.warmup_updates),
                "--max-update", str(a.baseline_updates), "--save-dir", m.name]
-            + common_train_flags(a) + validation_flags(a)
+            + common_train_flags(a, epoch_checkpoints=bool(scratch_budget_points(a))) + validation_flags(a)
             + (["--patience", str(a.baseline_patience)] if a.baseline_patience else [])
             + (["--stop-time-hours", f"{a.baseline_minutes / 60:.6g}"] if a.baseline_minutes else []) + flags)
 
@@ -120,7 +120,8 @@ def scratch_budget_points(a):
 
 def scratch_save_flags(a):
     """With --scratch-budget-points: a checkpoint of every training from scratch at each of them, all kept (fairseq
-    validates there too; with --validate-interval-updates every save is at a common divisor of both)."""
+    validates there too; with --validate-interval-updates every save is at a common divisor of both). fairseq saves
+    an epoch checkpoint instead where one falls on an epoch's end: those are kept too (train_from_scratch)."""
     points = scratch_budget_points(a)
     if not points:
         return []

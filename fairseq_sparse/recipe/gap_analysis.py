@@ -6,6 +6,7 @@ the source split by whether the model pruned their pieces, and train against val
 import csv
 import os
 import re
+import shutil
 
 from . import commands
 from .budget import checkpoints_by_updates
@@ -49,24 +50,58 @@ def gates(a, wd, data, name, checkpoint):
     return by_id
 
 
+#: training pairs (a seeded random sample) on which gap_analysis measures how well a model fits its training data
+TRAIN_SAMPLE = 1000
+
+
+def train_sample_bin(a, wd, data):
+    """WORK/gap_analysis/nll-bin: the data-bin's dictionaries and valid split (links) and a split train_sample of
+    TRAIN_SAMPLE training pairs drawn at random (seed 1), binarised as fairseq stores them."""
+    import random
+
+    from fairseq.data import Dictionary, data_utils, indexed_dataset
+
+    out, pair = wd.path("gap_analysis", "nll-bin"), f"{a.source_lang}-{a.target_lang}"
+    if os.path.isdir(out):
+        return out
+    tmp = out + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    for name in os.listdir(data):
+        if name.startswith("dict.") or name.startswith("valid."):
+            os.symlink(os.path.join(os.path.abspath(data), name), os.path.join(tmp, name))
+    for lang in (a.source_lang, a.target_lang):
+        d = Dictionary.load(os.path.join(data, f"dict.{lang}.txt"))
+        train = data_utils.load_indexed_dataset(os.path.join(data, f"train.{pair}.{lang}"), d)
+        ids = sorted(random.Random(1).sample(range(len(train)), min(TRAIN_SAMPLE, len(train))))
+        prefix = os.path.join(tmp, f"train_sample.{pair}.{lang}")
+        builder = indexed_dataset.make_builder(prefix + ".bin", impl="mmap", vocab_size=len(d))
+        for i in ids:
+            builder.add_item(train[i])
+        builder.finalize(prefix + ".idx")
+    os.replace(tmp, out)
+    return out
+
+
 def nll(a, wd, data, key, checkpoint):
-    """{subset: valid loss and NLL per target token (base 2)} of CHECKPOINT on the whole train and valid splits
-    (fairseq-validate, teacher forced, dropout off): a model that fits train as well as its control but
-    generalises worse differs on valid only."""
+    """{subset: loss and NLL per target token (base 2)} of CHECKPOINT on a random sample of the training pairs and on
+    the valid split (fairseq-validate, teacher forced, dropout off): a model that fits its training data as well as
+    its control but generalises worse differs on valid only; one that under-fits differs on both."""
     def compute():
-        cmd = ([commands.tool("fairseq-validate"), data, "--user-dir", commands.USER_DIR, "--path", checkpoint,
-                "--valid-subset", "train,valid", "--max-tokens", str(a.max_tokens), "--num-workers", "0"]
+        sample_bin = train_sample_bin(a, wd, data)
+        cmd = ([commands.tool("fairseq-validate"), sample_bin, "--user-dir", commands.USER_DIR, "--path", checkpoint,
+                "--valid-subset", "train_sample,valid", "--max-tokens", str(a.max_tokens), "--num-workers", "0"]
                + commands.task_flags(key.split("@")[0]) + commands.lang_flags(a) + commands.cpu_flag(a)
                + commands.position_flags(a) + ["--skip-invalid-size-inputs-valid-test"])
         out = wd.run("gap_analysis", cmd, f"validate.{key}.log")
         found = {}
-        for subset in ("train", "valid"):
+        for subset in ("train_sample", "valid"):
             m = re.search(rf"valid on '{subset}' subset \| loss ([\d.]+) \| nll_loss ([\d.]+)", out)
             if m is None:
                 raise RuntimeError(f"fairseq-validate printed no loss for {subset} (log validate.{key}.log)")
             found[subset] = {"loss": float(m.group(1)), "nll_loss": float(m.group(2))}
         return found
-    return wd.cached(f"nll.{key}", [checkpoint], compute, {"max_tokens": a.max_tokens})
+    return wd.cached(f"nll.{key}", [checkpoint], compute, {"max_tokens": a.max_tokens, "train_sample": TRAIN_SAMPLE})
 
 
 def segment_types(a, n):

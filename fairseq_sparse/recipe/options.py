@@ -148,25 +148,6 @@ def _budget(p):
                    help="update counts (comma list, rising, at most --finetune-updates) at which every fine-tuned "
                         "method and its control are both decoded, from checkpoints of one run each: the quality "
                         "gap against the budget (a table, and budget/gap.png)")
-    g.add_argument("--scratch-budget-points", default="",
-                   help="update counts (comma list, rising, at most --baseline-updates) at which the baseline and "
-                        "every method trained from scratch (the *_scratch steps) are saved and decoded: their gap at "
-                        "equal updates against the budget")
-    g.add_argument("--scratch-pressure-start", type=int, default=None, metavar="U",
-                   help="a gated method trained from scratch (l0drop_scratch, heads_all_scratch) feels no sparsity "
-                        "pressure before update U (default: a third of --baseline-updates)")
-    g.add_argument("--scratch-pressure-ramp", type=int, default=None, metavar="N",
-                   help="... then its target (or lambda) rises from 0 over N updates (default: a third of "
-                        "--baseline-updates)")
-    g.add_argument("--segment-types", metavar="FILE",
-                   help="the gap_analysis step's segment types: one label per test sentence, in order (a TSV's last "
-                        "column; a trailing number is dropped, so para0 and para1 are one type), e.g. synopsis and "
-                        "paragraph")
-    g.add_argument("--finetune-protocol", choices=("fresh", "continue"), default="fresh",
-                   help="how every fine-tuning (method and control alike) starts: fresh, a new Adam at the fixed "
-                        "--finetune-lr; continue, the start model's Adam state and its inverse-sqrt rate going on "
-                        "from its last update (--lr, --warmup-updates), as Zhang, Titov & Sennrich (2021)'s code "
-                        "fine-tunes L0Drop")
     g.add_argument("--finetune-lr", type=float, default=5e-4,
                    help="fixed learning rate of every fine-tuning (--finetune-protocol fresh)")
     g.add_argument("--finetune-updates", type=int, default=2100,
@@ -239,6 +220,30 @@ DECODING_DEFAULTS = {"lenpen": 1.0, "min_len": 1, "max_len_a": 0.0, "max_len_b":
 CHAR_LEVEL_MAX_LEN = {"max_len_a": 2.0, "max_len_b": 10}
 
 
+def _routes(p):
+    g = p.add_argument_group("routes to a sparse model (docs/recipe.md: from scratch, a continued fine-tuning, the "
+                             "data axis) and the gap analysis")
+    g.add_argument("--scratch-budget-points", default="",
+                   help="update counts (comma list, rising, at most --baseline-updates) at which the baseline and "
+                        "every method trained from scratch (the *_scratch steps) are saved and decoded: their gap at "
+                        "equal updates against the budget")
+    g.add_argument("--scratch-pressure-start", type=int, default=None, metavar="U",
+                   help="a gated method trained from scratch (l0drop_scratch, heads_all_scratch) feels no sparsity "
+                        "pressure before update U (default: a third of --baseline-updates)")
+    g.add_argument("--scratch-pressure-ramp", type=int, default=None, metavar="N",
+                   help="... then its target (or lambda) rises from 0 over N updates (default: a third of "
+                        "--baseline-updates)")
+    g.add_argument("--segment-types", metavar="FILE",
+                   help="the gap_analysis step's segment types: one label per test sentence, in order (a TSV's last "
+                        "column; a trailing number is dropped, so para0 and para1 are one type), e.g. synopsis and "
+                        "paragraph")
+    g.add_argument("--finetune-protocol", choices=("fresh", "continue"), default="fresh",
+                   help="how every fine-tuning (method and control alike) starts: fresh, a new Adam at the fixed "
+                        "--finetune-lr; continue, the start model's Adam state and its inverse-sqrt rate going on "
+                        "from its last update (--lr, --warmup-updates), as Zhang, Titov & Sennrich (2021)'s code "
+                        "fine-tunes L0Drop")
+
+
 def _decoding(p):
     g = p.add_argument_group("decoding (every fairseq-generate the recipe runs; fairseq's defaults; with --beam and "
                              "--batch-size, part of the settings that key the cached results)")
@@ -272,7 +277,7 @@ def get_parser():
 
     p = argparse.ArgumentParser(prog="fairseq-sparse-recipe", description=doc.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    for group in (_general, _data, _model, _budget, _decoding, _methods):
+    for group in (_general, _data, _model, _budget, _routes, _decoding, _methods):
         group(p)
     # the models' positions: fairseq's default until the prepared data is read (lengths.fit)
     p.set_defaults(max_source_positions=DEFAULT_POSITIONS, max_target_positions=DEFAULT_POSITIONS)

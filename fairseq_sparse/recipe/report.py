@@ -265,8 +265,8 @@ def gap_lines(analyses):
         lines += [f"**{name}** against {r['control']} ({r['sparsity']:.1%} of test source pieces pruned): BLEU "
                   f"{r['overall']['method']:.2f} against {r['overall']['control']:.2f}, length ratio "
                   f"{b['method']['ratio']:.3f} against {b['control']['ratio']:.3f} (BP {b['method']['bp']:.3f} / "
-                  f"{b['control']['bp']:.3f}); NLL per target token (base 2) train {nll['method']['train']['nll_loss']:.3f} "
-                  f"/ {nll['control']['train']['nll_loss']:.3f}, valid {nll['method']['valid']['nll_loss']:.3f} / "
+                  f"{b['control']['bp']:.3f}); NLL per target token (base 2) on 1,000 training pairs {nll['method']['train_sample']['nll_loss']:.3f} "
+                  f"/ {nll['control']['train_sample']['nll_loss']:.3f}, valid {nll['method']['valid']['nll_loss']:.3f} / "
                   f"{nll['control']['valid']['nll_loss']:.3f} (model / control).", "",
                   "| group | sentences | control | model | gap | relative | length ratio (model / control) |",
                   "|---|---|---|---|---|---|---|"]
@@ -278,7 +278,7 @@ def gap_lines(analyses):
         recall = r["copy_recall"]
         lines += ["", "Reference words copied verbatim from the source, recalled (model / control), by what the model "
                   "did to their source pieces: " + "; ".join(
-                      f"{state} {c['recall']:.1%} / {recall['control'].get(state, {}).get('recall') or 0:.1%} "
+                      f"{state} {cell(c['recall'], '.1%')} / {cell(recall['control'].get(state, {}).get('recall'), '.1%')} "
                       f"({c['words']} words)" for state, c in recall["method"].items()), ""]
     return lines
 

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The decisive L0Drop study (issue 52 item 4): the freq rule at 0.5 trained from scratch beside the stock model at
-# equal updates (1,700 and 3,400), on all, half and a quarter of the training pairs, two seeds on all of them; then
-# learned L0Drop gates from scratch with the pressure held back, and the gap analysis of each pair.
-#   CORPUS=ddtp/en-de OUT=runs/decisive reports/2026-11-28-l0drop-decisive/run.sh [PHASE ...]
-# PHASE: a (all pairs, seeds 1 and 2), b (halves and quarters, seed 1), d (L0Drop from scratch, seed 1), report.
-# Each work dir resumes: a phase run again picks up where it stopped.
+# equal updates, then the gap analysis of each pair.
+#   CORPUS=ddtp/en-de OUT=runs/decisive [UPDATES=1700 POINTS=850,1700] reports/2026-11-28-l0drop-decisive/run.sh [PHASE ...]
+# PHASE: s1, s2 (all pairs, seed 1 or 2), half, quarter (1/2 and 1/4 of the pairs, seed 1), l0drop (learned gates
+# from scratch, pressure held back, seed 1), summary. Each work dir resumes: a phase run again picks up where it
+# stopped, and UPDATES raised later (with POINTS extended) continues the same runs (inverse-sqrt does not depend on
+# the budget).
 set -euo pipefail
 : "${CORPUS:?CORPUS=the en-de corpus folder (train/valid/test.{en,de})}" "${OUT:?OUT=a folder for the work dirs}"
 RECIPE=${RECIPE:-fairseq-sparse-recipe}
@@ -13,7 +14,7 @@ SEGMENTS="$OUT/test.segment_types"
 if [ -f "$CORPUS/test.meta.tsv" ] && [ ! -f "$SEGMENTS" ]; then
   cut -f5 "$CORPUS/test.meta.tsv" > "$SEGMENTS"
 fi
-common=(-s en -t de --baseline-updates 3400 --baseline-patience 0 --scratch-budget-points 1700,3400
+common=(-s en -t de --baseline-updates "${UPDATES:-1700}" --baseline-patience 0 --scratch-budget-points "${POINTS:-850,1700}"
         --validate-interval 5 --threads 1 --quiet)
 [ -f "$SEGMENTS" ] && common+=(--segment-types "$SEGMENTS")
 recipe() {  # recipe FRACTION SEED STEPS
@@ -29,13 +30,15 @@ pair() {  # pair FRACTION SEED: the stock model and the freq rule from scratch, 
   recipe "$1" "$2" gap_analysis,report
 }
 phases=("$@")
-[ ${#phases[@]} -eq 0 ] && phases=(a b d report)
+[ ${#phases[@]} -eq 0 ] && phases=(s1 s2 summary)
 for phase in "${phases[@]}"; do
   case $phase in
-    a) pair 1 1; pair 1 2 ;;
-    b) pair 0.5 1; pair 0.25 1 ;;
-    d) recipe 1 1 l0drop_scratch; recipe 1 1 gap_analysis,report ;;
-    report) python3 "$(dirname "$0")/summarise.py" "$OUT" ;;
+    s1) pair 1 1 ;;
+    s2) pair 1 2 ;;
+    half) pair 0.5 1 ;;
+    quarter) pair 0.25 1 ;;
+    l0drop) recipe 1 1 l0drop_scratch; recipe 1 1 gap_analysis,report ;;
+    summary) python3 "$(dirname "$0")/summarise.py" "$OUT" ;;
     *) echo "unknown phase $phase" >&2; exit 2 ;;
   esac
 done

@@ -1,6 +1,7 @@
 """The prepared study calls of scripts/gpu_studies/ (issue 42's studies c-e), each checked on tiny data the way it
 will run on a GPU: the recipe's checks of its options, steps and carried inputs (CHECK_ONLY=1), so that a mistake in
 one shows here and not in a device call; nothing is written by the checks."""
+import json
 import os
 import shutil
 import subprocess
@@ -30,6 +31,11 @@ def carry(raw_corpus, tmp_path_factory):
     run([RECIPE, "--corpus", str(summaries), "--tokenizer-lang", "en", "--metric", "rouge", "--work-dir",
          str(root / "sum_synopsis")] + SMALL)
     os.symlink(root / "sum_synopsis", root / "sum_mixed")
+    for fraction in ("1", "0.5", "0.25"):  # study f's data-bins: shares of the pairs, one dictionary
+        run([RECIPE, "--corpus", str(root / "en-de"), "-s", "en", "-t", "de", "--work-dir", str(root / f"DEC_f{fraction}"),
+             "--train-fraction", fraction] + SMALL)
+        shutil.rmtree(root / f"DEC_f{fraction}" / "tok")  # not carried
+    (root / "test.segment_types").write_text("".join("synopsis\n" if i % 3 else "para0\n" for i in range(25)))
     return root
 
 
@@ -40,7 +46,8 @@ def check(script, carry, **env):
 
 
 @pytest.mark.parametrize("script,env", [("c_heads_composed.sh", {}), ("d_summarisation.sh", {}),
-                                        ("d_summarisation.sh", {"CORPUS": "mixed"}), ("e_char_level.sh", {})])
+                                        ("d_summarisation.sh", {"CORPUS": "mixed"}), ("e_char_level.sh", {}),
+                                        ("f_decisive.sh", {})])
 def test_each_prepared_call_passes_the_recipes_checks_and_writes_nothing(carry, script, env):
     before = sorted(os.listdir(carry))
     done = check(script, carry, **env)
@@ -55,3 +62,28 @@ def test_a_call_whose_options_the_recipe_refuses_fails_its_check(carry):
     assert done.returncode == 2 and "--amp is mixed precision on CUDA" in done.stderr
     bad = check("d_summarisation.sh", carry, CORPUS="wikisum")
     assert bad.returncode == 2 and "CORPUS is synopsis or mixed" in bad.stdout
+
+
+def test_the_decisive_call_runs_end_to_end_in_its_plumbing_mode(carry, tmp_path):
+    """Study f on the CPU, two of its runs (all the pairs and half of them), tiny models: every step exits 0, each
+    run's report has the freq rule beside the stock model at both budget points and the gap analysis, and the pack
+    holds them."""
+    out = tmp_path / "out"
+    out.mkdir()
+    work = tmp_path / "carry"
+    shutil.copytree(carry, work, symlinks=True)
+    tiny = ("--max-tokens 2000 --embed-dim 32 --ffn-dim 64 --heads 2 --beam 2 --warmup-updates 10 --search fairseq")
+    done = subprocess.run(["bash", os.path.join(STUDIES, "f_decisive.sh")], capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "VENV": os.path.dirname(os.path.dirname(sys.executable)), "DEVICE": "cpu",
+                               "AMP": "", "CARRY": str(work), "OUT": str(out), "RUNS": "1@1 1@0.5", "UPDATES": "20",
+                               "POINTS": "10,20", "VALIDATE": "10", "THREADS": "1", "EXTRA_ARGS": tiny})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    log = (out / "study.log").read_text()
+    assert "exit 0" in log and "exit 1" not in log and "exit 2" not in log, log[-3000:]
+    assert sorted(os.listdir(out)) == ["study.log", "study.tgz"]
+    for tag in ("1", "0.5"):
+        with open(work / f"DEC_f{tag}_s1" / "results.json") as f:
+            r = json.load(f)
+        assert [p["updates"] for p in r["budget"]["pattern_freq_scratch"]] == [10, 20]
+        assert "pattern_freq_scratch" in r["gap_analysis"]
+    assert r["settings"]["data_bin"].endswith("DEC_f0.5/data-bin")
