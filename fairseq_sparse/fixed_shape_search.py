@@ -21,9 +21,9 @@ reads the buffers up to the step (shapes grow with the step: the eager form), ``
 reads the whole buffers, masked after the step (the same shapes at every step). On CUDA the fixed form is captured in a
 CUDA graph once per shape (:class:`StepGraphs`) and replayed. The default, ``auto``, uses the graphs where they can
 run and fairseq's own search elsewhere (on the CPU; models whose state a graph cannot replay: state per hypothesis
-that is replaced rather than updated in place, such as coverage attention; n-gram blocking, which reads tokens on the
-host), the reason logged once: without the graph a step of fixed shape only costs more, since it keeps computing the
-rows of finished sentences that fairseq's search drops (0.78x fairseq-generate on the CPU, a trained checkpoint:
+that is replaced rather than updated in place, such as coverage attention), the reason logged once (n-gram blocking
+runs inside the captured step: ``ngram_block.py``): without the graph a step of fixed shape only costs more, since it
+keeps computing the rows of finished sentences that fairseq's search drops (0.78x fairseq-generate on the CPU, a trained checkpoint:
 reports/2026-11-27-fixed-shape-search-cpu-trained).
 """
 import logging
@@ -51,7 +51,8 @@ from .modules.static_cache import StaticCacheSelfAttention, cacheable, static_se
 logger = logging.getLogger(__name__)
 
 #: SequenceGenerator features this search does not implement, each refused before any decoding
-UNSUPPORTED = "sampling, diverse beam search, prefix tokens, constraints, --match-source-len, an LM, --print-alignment"
+UNSUPPORTED = ("sampling, diverse beam search, prefix tokens, constraints, --match-source-len, an LM, --print-alignment, "
+               "--retain-dropout")
 #: the forms of a step (module docstring); "auto": fixed and captured where CUDA graphs can replay it, else
 #: fairseq's own search
 STEP_FORMS = ("auto", "prefix", "fixed")
@@ -189,15 +190,17 @@ class Beams:
 
     def hypotheses(self):
         """SequenceGenerator's output: per sentence its finished hypotheses, best first (sorted as fairseq sorts
-        them), each a dict of tokens, score, positional scores and (empty) attention and alignment."""
+        them), each a dict of tokens, score, positional scores and (empty) attention and alignment, copied out of
+        the buffers: a captured graph's buffers are the next batch's of the same shape (the hub's ``translate`` and
+        fairseq-interactive decode several batches before they read any)."""
         out: List[List[Dict[str, Tensor]]] = []
         fin_count, fin_len, fin_score = self.fin_count.tolist(), self.fin_len.tolist(), self.fin_score.tolist()
         for s in range(self.bsz):
             n = fin_count[s]
             order = torch.sort(torch.tensor([float(x) for x in fin_score[s][:n]]), descending=True)[1].tolist()
-            out.append([{"tokens": self.fin_tokens[s, i, :fin_len[s][i]], "score": self.fin_score[s, i],
+            out.append([{"tokens": self.fin_tokens[s, i, :fin_len[s][i]].clone(), "score": self.fin_score[s, i].clone(),
                          "attention": torch.empty(0), "alignment": torch.empty(0),
-                         "positional_scores": self.fin_pos[s, i, :fin_len[s][i]]} for i in order])
+                         "positional_scores": self.fin_pos[s, i, :fin_len[s][i]].clone()} for i in order])
         return out
 
 
@@ -332,6 +335,10 @@ class FixedShapeSequenceGenerator(SequenceGenerator):
         if self.match_source_len or self.lm_model is not None:
             raise ValueError(f"the fixed-shape search does not support {UNSUPPORTED}")
         check_settings(stop_every, step_form, max_graphs, source_bucket, beam_reorder)
+        if getattr(self.repeat_ngram_blocker, "no_repeat_ngram_size", 0) == 1:
+            raise ValueError("--no-repeat-ngram-size 1 blocks every token already in a hypothesis, the end-of-sentence "
+                             "symbol that starts it too, so none could end (fairseq's own search fails on it): use 2 "
+                             "or more, or 0")
         self.stop_every, self.step_form, self.source_bucket = stop_every, step_form, source_bucket
         self.beam_reorder = beam_reorder
         self.graphs = StepGraphs(max_graphs) if max_graphs > 0 else None
@@ -511,8 +518,10 @@ class FixedShapeSequenceGenerator(SequenceGenerator):
         pos.scatter_(1, at_step, score.view(-1, 1))
         pos[:, 1:] = pos[:, 1:] - pos[:, :-1]
         b.fin_pos.view(-1, b.fin_pos.size(2))[flat, :length] = pos
-        if self.normalize_scores:  # fairseq divides by (step + 1) ** len_penalty, a Python float
-            score = score / (b.step + 1).double().pow(self.len_penalty).to(score.dtype)
+        if self.normalize_scores:  # fairseq divides by (step + 1) ** len_penalty, a Python float, which a half
+            # tensor's division reads in float32 (its opmath type): the divisor is not rounded to half precision
+            divisor = (b.step + 1).double().pow(self.len_penalty)
+            score = (score.float() / divisor.float()).to(score.dtype)
         b.fin_score.view(-1)[flat] = score
         b.fin_len.view(-1)[flat] = (b.step + 1).expand(flat.numel())
         b.fin_count += take.long().sum(1)

@@ -55,7 +55,9 @@ def refused_options(args):
               "--prefix-size": (getattr(args, "prefix_size", 0) or 0) > 0,
               "--constraints": bool(getattr(args, "constraints", None)),
               "--lm-path": bool(getattr(args, "lm_path", None)),
-              "--print-alignment": bool(getattr(args, "print_alignment", None))}
+              "--print-alignment": bool(getattr(args, "print_alignment", None)),
+              # dropout left on in decoding: a captured step would replay one dropout mask
+              "--retain-dropout": bool(getattr(args, "retain_dropout", False))}
     return [flag for flag, on in checks.items() if on]
 
 

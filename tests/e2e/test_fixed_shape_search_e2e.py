@@ -92,3 +92,33 @@ def test_the_hub_interface_translates_as_the_translation_task_does(l0drop_ckpt, 
     assert fixed.translate(sources, beam=4) == hub().translate(sources, beam=4)
     with pytest.raises(ValueError, match="unknown option"):
         use_fixed_shape_search(hub(), stop_every=2)
+
+
+def test_callers_that_read_after_several_batches_get_their_own_translations(l0drop_ckpt, corpus, monkeypatch):
+    """fairseq-interactive with --buffer-size above --batch-size and the hub's translate decode several batches before
+    they read any: with steps captured (the eager stand-in of a CUDA graph), each batch of a shape is decoded in the
+    captured buffers, so its hypotheses must be copied out (was: 8 of 12 translations another sentence's)."""
+    import fairseq_sparse.fixed_shape_search as search
+    from fairseq_sparse.models.transformer_l0drop import L0DropTransformerModel
+    from fairseq_sparse.tasks.translation_fixed_shape import use_fixed_shape_search
+    from helpers.models import eager_graphs_class
+
+    monkeypatch.setattr(search, "StepGraphs", eager_graphs_class())
+    with open(os.path.join(corpus["raw"], "test.src"), encoding="utf-8") as f:
+        lines = f.read().splitlines()[:12]
+    argv = [corpus["bin"], "--user-dir", USER_DIR, "--path", l0drop_ckpt, "--cpu", "--source-lang", "src",
+            "--target-lang", "tgt", "--beam", "4", "--buffer-size", "12", "--batch-size", "3"]
+    stdin = "".join(line + "\n" for line in lines)
+    ref = per_sentence_lines(run_main("interactive", argv, stdin))
+    captured = FIXED[:2] + ["--fixed-shape-step-form", "fixed"]
+    assert_close(per_sentence_lines(run_main("interactive", argv + captured, stdin)), ref)
+
+    def hub():
+        h = L0DropTransformerModel.from_pretrained(
+            os.path.dirname(l0drop_ckpt), checkpoint_file=os.path.basename(l0drop_ckpt),
+            data_name_or_path=corpus["bin"], source_lang="src", target_lang="tgt")
+        h.cfg.dataset.batch_size = 3
+        return h
+
+    fixed = use_fixed_shape_search(hub(), fixed_shape_step_form="fixed")
+    assert fixed.translate(lines, beam=4) == hub().translate(lines, beam=4)

@@ -138,3 +138,24 @@ def rescore(model, sample, hypos, eos):
                 lp = model.get_normalized_probs((logits, None), log_probs=True)
             scores.append((lp[0].gather(-1, tokens[0].unsqueeze(-1)).squeeze(-1), h["positional_scores"]))
     return scores
+
+
+def eager_graphs_class():
+    """StepGraphs on the CPU (the fixed-shape search's CUDA graphs, stood in for): "capturing" runs the step for real
+    (the warm-up) and keeps the captured run; a replay runs the step again on that run's tensors, which is what a CUDA
+    graph's replay reads. So a state a new batch fails to copy into the captured run, or a result left in the captured
+    buffers that the next batch overwrites, shows here as a wrong hypothesis."""
+    import types
+
+    from fairseq_sparse.fixed_shape_search import StepGraphs
+
+    class EagerGraphs(StepGraphs):
+        device_type = "cpu"
+        captures = 0
+
+        def _capture(self, generator, run):
+            generator._step(run, 1)
+            self.captures += 1
+            return types.SimpleNamespace(replay=lambda: generator._step(run, 1)), run
+
+    return EagerGraphs

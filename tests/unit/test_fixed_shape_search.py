@@ -13,8 +13,9 @@ from fairseq.modules import MultiheadAttention
 from fairseq_sparse.fixed_shape_search import FixedShapeSequenceGenerator, StaticCacheSelfAttention, StepGraphs
 from fairseq_sparse.modules.head_gates import attention_modules, prune_heads
 from fairseq_sparse.tasks.translation_fixed_shape import TranslationFixedShapeConfig, TranslationFixedShapeTask
-from helpers.models import build, generation_args, sources
+from helpers.models import build, eager_graphs_class, generation_args, sources
 
+EagerGraphs = eager_graphs_class()
 #: scores agree to float rounding: fairseq drops finished sentences from the batch, which changes the shapes its
 #: matrix products run at (bit-identical on this machine so far; the tolerance is what is promised)
 SCORE_TOL = 1e-5
@@ -316,20 +317,6 @@ def test_a_step_of_fixed_shape_reads_nothing_on_the_host(name, monkeypatch):
     assert reads, "no step after the first ran"
 
 
-class EagerGraphs(StepGraphs):
-    """StepGraphs on the CPU: "capturing" runs the step for real (the warm-up) and keeps the captured run; a replay
-    runs the step again on that run's tensors, which is what a CUDA graph's replay reads. So a state a new batch
-    fails to copy into the captured run shows here as a wrong hypothesis."""
-
-    device_type = "cpu"
-    captures = 0
-
-    def _capture(self, generator, run):
-        generator._step(run, 1)
-        self.captures += 1
-        return types.SimpleNamespace(replay=lambda: generator._step(run, 1)), run
-
-
 @pytest.mark.parametrize("reorder", ["copy", "indirect"])
 @pytest.mark.parametrize("name", ["transformer", "l0drop, pruned decoding", "composed"])
 def test_a_new_batch_of_a_captured_shape_replays_with_its_own_tensors(name, reorder):
@@ -464,3 +451,50 @@ def test_auto_without_a_cuda_graph_is_fairseqs_own_search(caplog):
     ref = decode(model, d, sample, ["--beam", "4"], fixed=False)
     for out in (*auto, prefix):
         assert_same(out, ref)
+
+
+def test_hypotheses_outlive_the_next_batch_of_a_captured_shape():
+    """A caller that decodes several batches before it reads them (the hub's translate, fairseq-interactive with
+    --buffer-size above --batch-size) keeps each batch's hypotheses: they are copied out of the captured buffers,
+    which the next batch of the same shape overwrites (was: views, 8 of 12 translations another sentence's)."""
+    model, d = built("transformer", 2.5)
+    gen = FixedShapeSequenceGenerator([model], d, beam_size=4, max_len_b=15, step_form="fixed", source_bucket=1)
+    gen.graphs = EagerGraphs(size=1)
+    batches = [sources(d, seed=0), sources(d, seed=1)]  # one shape
+    with torch.no_grad():
+        held = [gen.generate([model], sample) for sample in batches]
+    assert gen.graphs.captures == 1
+    for out, sample in zip(held, batches):
+        assert_same(out, decode(model, d, sample, ["--beam", "4"], fixed=False))
+
+
+def test_retain_dropout_and_a_unigram_block_are_refused_in_one_line():
+    model, d = build("transformer")
+    task = TranslationFixedShapeTask(TranslationFixedShapeConfig(), d, d)
+    for flags, wanted in ((["--retain-dropout"], "--retain-dropout"),
+                          (["--no-repeat-ngram-size", "1"], "--no-repeat-ngram-size 1 blocks every token")):
+        with pytest.raises(SystemExit) as e:
+            task.build_generator([model], generation_args(flags))
+        assert "\n" not in str(e.value) and wanted in str(e.value)
+    task.build_generator([model], generation_args(["--no-repeat-ngram-size", "2"]))
+
+
+def test_the_fp16_length_penalty_divides_as_fairseq_does():
+    """fairseq divides a half score by the Python float (step + 1) ** lenpen, which the division reads in float32;
+    rounding the divisor to half first changed the last bit of many normalised scores (issue 53)."""
+    from fairseq_sparse.fixed_shape_search import Beams
+
+    gen = types.SimpleNamespace(normalize_scores=True, len_penalty=0.6, eos=2)
+    scores = torch.linspace(-9.0, -0.1, 4096).half()
+    b = Beams(4096, 1, 40, 2, 1, 2, 8, "cpu")
+    b.scores_as(scores)
+    differ = 0
+    for step in range(1, 40):
+        b.step.fill_(step)
+        b.fin_count.zero_()
+        eos = torch.ones(4096, 1, dtype=torch.bool)
+        FixedShapeSequenceGenerator._finalise(gen, b, step + 1, eos, torch.arange(4096).view(-1, 1), scores.view(-1, 1))
+        want = (scores.float() / float((step + 1) ** 0.6)).half()
+        assert torch.equal(b.fin_score[:, 0], want), step
+        differ += int((scores / torch.tensor((step + 1) ** 0.6).half()).ne(want).sum())
+    assert differ > 0  # the half divisor (the old code) would have differed
