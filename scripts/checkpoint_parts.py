@@ -9,6 +9,7 @@ into one checkpoint that fairseq-generate, the benchmarks and `--baseline-checkp
     python3 scripts/checkpoint_parts.py join DEST.pt DEST.part1of2.pt DEST.part2of2.pt
 """
 import argparse
+import hashlib
 import io
 import os
 import sys
@@ -32,6 +33,17 @@ def model_only_fp16(state):
     return state
 
 
+def fingerprint(model):
+    """sha1 of the model's tensors (names, shapes, types and bytes, in order): what every part carries and what the
+    joined model must have again, so that parts of two checkpoints of one architecture are never mixed."""
+    h = hashlib.sha1()
+    for name, tensor in model.items():
+        t = tensor.detach().cpu().contiguous()
+        h.update(f"{name}{tuple(t.shape)}{t.dtype}".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
 def split(state, max_bytes):
     """STATE as a list of states each saved in at most MAX_BYTES: one where it fits, else parts that each hold
     some of the model's tensors (in order) and the first the rest of the state, numbered "part"/"parts"."""
@@ -49,7 +61,8 @@ def split(state, max_bytes):
         group[name] = tensor
         size += need
     groups.append(group)
-    parts = [{"model": g, "part": i + 1, "parts": len(groups), "names": list(state["model"])}
+    sha1 = fingerprint(state["model"])
+    parts = [{"model": g, "part": i + 1, "parts": len(groups), "names": list(state["model"]), "model_sha1": sha1}
              for i, g in enumerate(groups)]
     parts[0].update(rest)
     return parts
@@ -62,9 +75,15 @@ def join(parts):
     numbers = sorted(p.get("part", 0) for p in parts)
     if numbers != list(range(1, parts[0].get("parts", 0) + 1)) or len({tuple(p["names"]) for p in parts}) != 1:
         raise ValueError(f"parts {numbers} of {parts[0].get('parts')}: not one checkpoint's parts, each once")
-    state = {k: v for k, v in next(p for p in parts if p["part"] == 1).items() if k not in ("part", "parts", "names")}
+    sha1 = {p.get("model_sha1") for p in parts}
+    if len(sha1) != 1 or None in sha1:
+        raise ValueError("the parts come from different checkpoints (their model fingerprints differ)")
+    state = {k: v for k, v in next(p for p in parts if p["part"] == 1).items()
+             if k not in ("part", "parts", "names", "model_sha1")}
     model = {k: v for p in parts for k, v in p["model"].items()}
     state["model"] = {name: model[name] for name in parts[0]["names"]}
+    if fingerprint(state["model"]) != sha1.pop():
+        raise ValueError("the joined model is not the one that was split (a part was changed or mixed in)")
     return state
 
 

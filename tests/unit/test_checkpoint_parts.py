@@ -42,6 +42,21 @@ def test_fits_whole_or_splits_in_order_and_joins_exactly():
         checkpoint_parts.split(small, 64 * 2**10)
 
 
+def test_parts_of_two_checkpoints_of_one_architecture_are_never_joined():
+    """Issue 55: part 1 of one checkpoint with parts 2-3 of another (same names, same shapes) joined into a model
+    that decoded a third translation; each part now carries the model's fingerprint."""
+    small = checkpoint_parts.model_only_fp16(state())
+    other = checkpoint_parts.model_only_fp16(state())
+    other["model"]["layer1.weight"] = other["model"]["layer1.weight"] + 1
+    mine, theirs = (checkpoint_parts.split(s, 300 * 2**10) for s in (small, other))
+    with pytest.raises(ValueError, match="different checkpoints"):
+        checkpoint_parts.join([mine[0], theirs[1], theirs[2]])
+    assert checkpoint_parts.join(theirs[::-1])["model"]["layer1.weight"].equal(other["model"]["layer1.weight"])
+    edited = dict(theirs[0], model_sha1=mine[0]["model_sha1"])  # a part edited to pass: the joined model is checked too
+    with pytest.raises(ValueError, match="not the one that was split"):
+        checkpoint_parts.join([edited, mine[1], mine[2]])
+
+
 def command(argv, capsys):
     """(exit status, stdout, stderr) of the script's command line, run in this process."""
     try:
