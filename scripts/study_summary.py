@@ -56,15 +56,23 @@ def summarise(folder):
     """{seed: seed_summary} of every results.json under FOLDER (a work dir per seed), and each model's mean gap."""
     seeds = {}
     for path in sorted(glob.glob(os.path.join(folder, "**", "results.json"), recursive=True)):
-        with open(path) as f:
-            results = json.load(f)
-        if "models" not in results or "settings" not in results:
+        where = os.path.relpath(path, folder)
+        try:
+            with open(path) as f:
+                results = json.load(f)
+        except ValueError as e:  # cut off, or not JSON
+            raise SystemExit(f"study_summary: {where} is not readable JSON ({e})")
+        if not isinstance(results, dict) or "models" not in results or "settings" not in results:
             continue  # not a recipe work dir's
-        seed = results["settings"]["seed"]
-        if seed in seeds:
-            raise SystemExit(f"study_summary: two work dirs of seed {seed} ({path})")
-        seeds[seed] = {"work": os.path.relpath(os.path.dirname(path), folder), "metric": results["settings"]["metric"],
-                       **seed_summary(results)}
+        try:
+            seed = results["settings"]["seed"]
+            if seed in seeds:
+                raise SystemExit(f"study_summary: two work dirs of seed {seed} ({where})")
+            seeds[seed] = {"work": os.path.relpath(os.path.dirname(path), folder),
+                           "metric": results["settings"]["metric"], **seed_summary(results)}
+        except (KeyError, TypeError) as e:
+            raise SystemExit(f"study_summary: {where} lacks {e} where the recipe's report writes it (another version, "
+                             "or edited)")
     if not seeds:
         raise SystemExit(f"study_summary: no recipe results.json under {folder}")
     mean = {}
@@ -126,7 +134,7 @@ def main(argv=None):
             try:
                 with tarfile.open(a.study) as t:
                     t.extractall(tmp, filter="data")
-            except tarfile.TarError as e:
+            except (tarfile.TarError, EOFError, OSError) as e:  # a truncated gzip ends in EOFError
                 ap.error(f"{a.study} is not a readable study.tgz ({type(e).__name__})")
             folder = tmp
         summary = summarise(folder)
@@ -135,7 +143,7 @@ def main(argv=None):
             json.dump(summary, f, indent=1)
     print(markdown(summary))
     for name in summary["seeds"][min(summary["seeds"])]["models"]:
-        print(f"- {name}: {BY_NAME[name].summary}")
+        print(f"- {name}: {BY_NAME[name].summary if name in BY_NAME else 'not a model of this version of the recipe'}")
 
 
 if __name__ == "__main__":
