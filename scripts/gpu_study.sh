@@ -44,7 +44,9 @@ args_of() { local a=${RECIPE_ARGS//\{seed\}/${1%%@*}}; [[ "$1" == *@* ]] && a=${
 [[ -z "${SECONDS_LEFT:-}" || "$SECONDS_LEFT" =~ ^[1-9][0-9]*$ ]] \
     || { echo "gpu_study.sh: SECONDS_LEFT must be whole seconds > 0, got '$SECONDS_LEFT'"; exit 2; }
 [[ "${BRING_BACK_FILES:-8}" =~ ^[1-9][0-9]*$ && "${BRING_BACK_MIB:-15.5}" =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)$ ]] \
-    || { echo "gpu_study.sh: BRING_BACK_FILES must be a whole number > 0 and BRING_BACK_MIB a number of MiB"; exit 2; }
+    && awk "BEGIN { exit !(${BRING_BACK_MIB:-15.5} > 0) }" \
+    || { echo "gpu_study.sh: BRING_BACK_FILES must be a whole number > 0 and BRING_BACK_MIB a number of MiB > 0"; exit 2; }
+[[ "${THREADS:-2}" =~ ^[0-9]+$ ]] || { echo "gpu_study.sh: THREADS must be a whole number (torch threads a process), got '$THREADS'"; exit 2; }
 for phase in "$@"; do
     [[ "$phase" =~ ^[a-z_0-9]+(,[a-z_0-9]+)*$ ]] || { echo "gpu_study.sh: phase '$phase' is not a comma list of steps"; exit 2; }
 done
@@ -64,7 +66,13 @@ for seed in $SEEDS; do
     "$(dirname "$RECIPE")/python" -c 'import sys; from fairseq_sparse.recipe.main import checked; checked(sys.argv[1:])' \
         $(args_of "$seed") --device "${DEVICE:-cuda}" --work-dir "$(dir_of "$seed")" --steps "$(IFS=,; echo "$*"),report" || exit 2
 done
+# steps after prepare need the prepared data: a --data-bin, a phase that prepares it, or the first run's work dir with it
+if [[ ",$(IFS=,; echo "$*")," != *,prepare,* && " $RECIPE_ARGS " != *" --data-bin "* && ! -d "$(dir_of "$first")/data-bin" ]]; then
+    echo "gpu_study.sh: no phase prepares the data and $(dir_of "$first")/data-bin does not exist: add the phase prepare, carry the prepared work dir, or give --data-bin"
+    exit 2
+fi
 [[ -z "${CHECK_ONLY:-}" ]] || { echo "gpu_study.sh: options, steps and inputs checked (CHECK_ONLY: nothing run)"; exit 0; }
+FAILED=$(mktemp)  # a line per step that did not end with exit 0: the call's own exit status says so
 for seed in $SEEDS; do
     [[ "$seed" == *@* ]] && continue  # a tagged run reads the data its own RECIPE_ARGS name
     W=$(dir_of "$seed") F=$(dir_of "$first")
@@ -79,13 +87,15 @@ recipe() {  # SEED STEPS
     W=$(dir_of "$1")
     mkdir -p "$W"
     if [[ -n "${SECONDS_LEFT:-}" ]]; then
-        (( SECONDS < SECONDS_LEFT )) || { echo "  seed $1, $2: no time left"; return; }
+        (( SECONDS < SECONDS_LEFT )) || { echo "  seed $1, $2: no time left"; echo "$1 $2 not run" >> "$FAILED"; return; }
         limit=(timeout $((SECONDS_LEFT - SECONDS)))
     fi
     # shellcheck disable=SC2086
     "${limit[@]}" "$RECIPE" $(args_of "$1") --device "${DEVICE:-cuda}" --seed "${1%%@*}" --work-dir "$W" \
         --steps "$2" --quiet --threads "${THREADS:-2}" >> "$W/study.${2//,/+}.out" 2>&1
-    echo "  seed $1, $2: exit $? ($(date +%T))"
+    local status=$?
+    echo "  seed $1, $2: exit $status ($(date +%T))"
+    (( status == 0 )) || echo "$1 $2 exit $status" >> "$FAILED"
 }
 
 pack() {
@@ -133,3 +143,9 @@ wait
 pack
 bring_back
 echo "done ($(date +%T))"
+if [[ -s "$FAILED" ]]; then
+    echo "gpu_study.sh: $(wc -l < "$FAILED") step(s) did not end with exit 0 (a stopped run resumes in the next call): $(tr '\n' ';' < "$FAILED")"
+    rm -f "$FAILED"
+    exit 1
+fi
+rm -f "$FAILED"

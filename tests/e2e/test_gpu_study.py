@@ -99,3 +99,29 @@ def test_one_call_one_study_in_plumbing_mode(raw_corpus, tmp_path):
         summary["seeds"][s]["models"]["l0drop"]["p_value"] for s in ("1", "2")]}
     with pytest.raises(SystemExit):  # an existing --json is not overwritten
         study_summary.main([str(out / "study.tgz"), "--json", str(summary_json)])
+
+
+def test_what_cannot_work_is_refused_before_any_work_and_a_failed_study_never_exits_0(raw_corpus, tmp_path):
+    """Issue 55 item 3: THREADS=abc, an empty seed list, BRING_BACK_MIB=0 and phases that need data nobody prepared
+    are refused up front (exit 2, in CHECK_ONLY too); a study whose steps fail exits 1, saying which."""
+    prefix = str(tmp_path / "W")
+    args = TINY + ["--corpus", str(raw_corpus), "-s", "en", "-t", "de"]
+    base = dict(os.environ, VENV=os.path.dirname(os.path.dirname(sys.executable)), DEVICE="cpu", THREADS="1",
+                RECIPE_ARGS=" ".join(args))
+
+    def study(seeds, *phases, **env):
+        return subprocess.run(["bash", SCRIPT, prefix, seeds, *phases], env={**base, **env}, capture_output=True,
+                              text=True, timeout=600)
+
+    for seeds, env, wanted in (("1", {"THREADS": "abc"}, "THREADS must be a whole number"),
+                               (" ", {}, "no seed given"),
+                               ("1", {"BRING_BACK_MIB": "0"}, "BRING_BACK_MIB a number of MiB > 0"),
+                               ("1", {"CHECK_ONLY": "1"}, "no phase prepares the data")):
+        done = study(seeds, "baseline", **env)
+        assert done.returncode == 2 and wanted in done.stdout, (env, done.stdout[-2000:], done.stderr[-2000:])
+    assert not os.path.exists(prefix + "1")
+    subprocess.run([os.path.join(os.path.dirname(sys.executable), "fairseq-sparse-recipe"), *args, "--work-dir",
+                    prefix + "1", "--steps", "prepare", "--device", "cpu", "--quiet"], check=True, capture_output=True)
+    done = study("1", "control")  # no baseline to fine-tune: the step fails after the checks
+    assert done.returncode == 1, done.stdout[-3000:]
+    assert "seed 1, control: exit 1" in done.stdout and "did not end with exit 0" in done.stdout
