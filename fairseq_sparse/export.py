@@ -214,10 +214,17 @@ def script_translator(model: nn.Module, task, options: Mapping, metadata: Mappin
 
 
 def save(scripted, path: str, metadata: Mapping):
-    """The artefact written beside PATH and renamed onto it: a full disk or a killed run leaves no half file there."""
+    """The artefact written beside PATH and renamed onto it: a full disk or a killed run leaves no half file there.
+    It is serialised in memory first: libtorch's own file writer ends the process from its destructor when the disk
+    is full (no Python exception, the temporary file left behind); Python's write raises an OSError instead."""
+    import io
+
+    buffer = io.BytesIO()
+    torch.jit.save(scripted, buffer, _extra_files={METADATA_FILE: json.dumps(dict(metadata), sort_keys=True)})
     tmp = f"{path}.tmp"
     try:
-        torch.jit.save(scripted, tmp, _extra_files={METADATA_FILE: json.dumps(dict(metadata), sort_keys=True)})
+        with open(tmp, "wb") as f:
+            f.write(buffer.getbuffer())
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

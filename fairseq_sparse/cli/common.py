@@ -45,6 +45,20 @@ def fail(prog: str, msg: str):
     raise SystemExit(2)
 
 
+def write_or_fail(prog: str, write, outputs: Sequence[str]):
+    """Run WRITE(), which writes OUTPUTS (directly or through ``OUTPUT.tmp``); on an OSError (a full disk, a folder
+    made read-only meanwhile) remove what it left of them and end in one line naming the file, exit status 2."""
+    try:
+        write()
+    except OSError as e:
+        for path in outputs:
+            for left in (path, f"{path}.tmp"):
+                if os.path.exists(left):
+                    os.remove(left)
+        fail(prog, f"cannot write {e.filename or outputs[0]}: {e.strerror or e}; nothing was left of "
+                   f"{', '.join(outputs)}")
+
+
 def import_plugins(user_dir: Optional[str] = None):
     """Register fairseq_sparse (models, safe checkpoint loading) and another --user-dir plugin if given."""
     from fairseq import utils

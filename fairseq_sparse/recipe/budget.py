@@ -6,14 +6,21 @@ import os
 from .commands import budget_points, scratch_budget_points
 from .evaluation import paired_test_of
 from .methods import BUDGET_DECODINGS, BY_NAME, METHODS
+from .workdir import checkpoint_identity
 
 
 def checkpoints_by_updates(wd, name):
-    """{updates: checkpoint path relative to WORK} of every interval and epoch checkpoint of run NAME."""
+    """{updates: checkpoint path relative to WORK} of every interval and epoch checkpoint of run NAME, and of its
+    last checkpoint where none of those has its updates (fairseq saves no interval checkpoint at an epoch's end, and
+    no epoch checkpoint where epochs are not saved)."""
     from ..analysis.sparsity_curve import saved_checkpoints
     from ..checkpoint_safety import read_state, state_updates
 
-    return {state_updates(read_state(c)): os.path.relpath(c, wd.work) for c in saved_checkpoints(wd.path(name))}
+    found = {state_updates(read_state(c)): os.path.relpath(c, wd.work) for c in saved_checkpoints(wd.path(name))}
+    last = wd.path(name, "checkpoint_last.pt")
+    if os.path.exists(last):
+        found.setdefault(checkpoint_identity(last)["updates"], os.path.relpath(last, wd.work))
+    return found
 
 
 def budget_control(m):

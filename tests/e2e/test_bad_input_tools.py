@@ -121,3 +121,56 @@ def test_universal_pos_tags_are_refused_before_training(corpus, tmp_path):
     assert "look like Universal POS tags" in last and "Penn Treebank" in last, last
     assert "Start iterating over samples" not in proc.log
     assert not save.exists() or os.listdir(save) == []
+
+
+def test_a_full_disk_leaves_no_half_file_and_ends_in_one_line(corpus, tmp_path, monkeypatch):
+    """Issue 55 item 4: prune-heads ended in a raw OSError traceback and export in libtorch's C++ abort (its writer
+    terminates the process from its destructor), each leaving its .tmp. Now the disk filling up mid-write is one line,
+    exit status 2, and nothing of the outputs is left."""
+    import errno
+
+    from fairseq import checkpoint_utils
+
+    import fairseq_sparse.export as export
+
+    save, stock = str(tmp_path / "gated"), str(tmp_path / "stock")
+    train(corpus["bin"], save, ["--arch", "transformer_head_gates", "--head-gates", "enc",
+                                "--criterion", "cross_entropy"])
+    train(corpus["bin"], stock, ["--arch", "transformer", "--criterion", "cross_entropy"])
+
+    def full_disk(path):
+        return OSError(errno.ENOSPC, "No space left on device", path)
+
+    def persistent_save(obj, f):
+        f.write(b"half a checkpoint")
+        raise full_disk(f.name)
+
+    monkeypatch.setattr(checkpoint_utils, "_torch_persistent_save", persistent_save)
+    mask = tmp_path / "mask.json"
+    mask.write_text(json.dumps({"enc": [[0, 1, 1, 1], [1, 1, 1, 1]]}))
+    out = tmp_path / "pruned.pt"
+    proc = run([console("fairseq-sparse-prune-heads"), "--path", f"{save}/checkpoint_last.pt", "--head-mask",
+                str(mask), "--output", str(out)], check=False)
+    assert proc.returncode == 2 and "No space left on device" in proc.stderr and "Traceback" not in proc.stderr
+    assert sorted(os.listdir(tmp_path)) == ["gated", "mask.json", "stock"]
+
+    class FullFile:
+        def __init__(self, path, mode):
+            self.f = open(path, mode)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def write(self, data):
+            self.f.write(bytes(data[:100]))
+            raise full_disk(self.f.name)
+
+    monkeypatch.setattr(export, "open", FullFile, raising=False)
+    artefact = tmp_path / "model.ts"
+    proc = run([console("fairseq-sparse-export"), "--data", corpus["bin"], "--path", f"{stock}/checkpoint_last.pt",
+                "--output", str(artefact)], check=False)
+    assert proc.returncode == 2 and "No space left on device" in proc.stderr and "Traceback" not in proc.stderr
+    assert sorted(os.listdir(tmp_path)) == ["gated", "mask.json", "stock"]
