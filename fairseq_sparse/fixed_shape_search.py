@@ -303,8 +303,13 @@ def decoder_flag(decoders, name: str, value):
             setattr(d, name, v)
 
 
-def check_settings(stop_every: int, step_form: str, max_graphs: int, source_bucket: int, beam_reorder: str = "copy"):
-    """ValueError naming the flag of the first setting out of range."""
+def check_settings(stop_every: int, step_form: str, max_graphs: int, source_bucket: int, beam_reorder: str = "copy",
+                   ngram_blocker=None):
+    """ValueError naming the flag of the first setting out of range (``ngram_blocker``: fairseq's, or None)."""
+    if getattr(ngram_blocker, "no_repeat_ngram_size", 0) == 1:
+        raise ValueError("--no-repeat-ngram-size 1 blocks every token already in a hypothesis, the end-of-sentence "
+                         "symbol that starts it too, so none could end (fairseq's own search fails on it): use 2 "
+                         "or more, or 0")
     if step_form not in STEP_FORMS:
         raise ValueError(f"step form {step_form!r}: choose from {', '.join(STEP_FORMS)}")
     if beam_reorder not in BEAM_REORDERS:
@@ -334,11 +339,7 @@ class FixedShapeSequenceGenerator(SequenceGenerator):
             raise ValueError(f"the fixed-shape search is beam search only ({UNSUPPORTED} are not supported)")
         if self.match_source_len or self.lm_model is not None:
             raise ValueError(f"the fixed-shape search does not support {UNSUPPORTED}")
-        check_settings(stop_every, step_form, max_graphs, source_bucket, beam_reorder)
-        if getattr(self.repeat_ngram_blocker, "no_repeat_ngram_size", 0) == 1:
-            raise ValueError("--no-repeat-ngram-size 1 blocks every token already in a hypothesis, the end-of-sentence "
-                             "symbol that starts it too, so none could end (fairseq's own search fails on it): use 2 "
-                             "or more, or 0")
+        check_settings(stop_every, step_form, max_graphs, source_bucket, beam_reorder, self.repeat_ngram_blocker)
         self.stop_every, self.step_form, self.source_bucket = stop_every, step_form, source_bucket
         self.beam_reorder = beam_reorder
         self.graphs = StepGraphs(max_graphs) if max_graphs > 0 else None
@@ -518,10 +519,8 @@ class FixedShapeSequenceGenerator(SequenceGenerator):
         pos.scatter_(1, at_step, score.view(-1, 1))
         pos[:, 1:] = pos[:, 1:] - pos[:, :-1]
         b.fin_pos.view(-1, b.fin_pos.size(2))[flat, :length] = pos
-        if self.normalize_scores:  # fairseq divides by (step + 1) ** len_penalty, a Python float, which a half
-            # tensor's division reads in float32 (its opmath type): the divisor is not rounded to half precision
-            divisor = (b.step + 1).double().pow(self.len_penalty)
-            score = (score.float() / divisor.float()).to(score.dtype)
+        if self.normalize_scores:  # fairseq divides by the Python float (step + 1) ** lenpen: in float32 for fp16
+            score = (score.float() / (b.step + 1).double().pow(self.len_penalty).float()).to(score.dtype)
         b.fin_score.view(-1)[flat] = score
         b.fin_len.view(-1)[flat] = (b.step + 1).expand(flat.numel())
         b.fin_count += take.long().sum(1)

@@ -1,10 +1,11 @@
 """The decisive study's summary from its work dirs (OUT/f<fraction>_s<seed>/results.json, written by the recipe's
 report step): every from-scratch model against the stock baseline at each budget point, per seed, the relative gap
-G = (model - stock) / stock and its mean over seeds, the gap analysis of each pair; summary.json and a plot of G
+G = (model - stock) / stock and its mean over seeds, the gap analysis of each pair; results.json and a plot of G
 against the budget, next to this script.
 
-    python summarise.py OUT
+    python summarise.py OUT [DEST]     # DEST: where results.json and the plot go (default: next to this script)
 """
+import glob
 import json
 import os
 import re
@@ -17,14 +18,24 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def pairs(out):
-    """[(fraction, seed, results)] of every work dir with a results.json, in name order."""
+    """[(fraction, seed, results, points)] of every work dir (OUT/f1_s1, or the device call's gpu_carry/DEC_f1_s1) with
+    a results.json (the recipe's report: finished runs) or a point_UPDATES.json (evaluate_point.py: a budget point of
+    runs that have not finished), in name order."""
     found = []
     for name in sorted(os.listdir(out)):
-        m = re.fullmatch(r"f([\d.]+)_s(\d+)", name)
-        path = os.path.join(out, name, "results.json")
-        if m and os.path.exists(path):
+        m = re.search(r"f([\d.]+)_s(\d+)$", name)
+        if not m or not os.path.isdir(os.path.join(out, name)):
+            continue
+        path, points = os.path.join(out, name, "results.json"), []
+        for point in sorted(glob.glob(os.path.join(out, name, "point_*.json"))):
+            with open(point) as f:
+                points.append(json.load(f))
+        results = None
+        if os.path.exists(path):
             with open(path) as f:
-                found.append((float(m.group(1)), int(m.group(2)), json.load(f)))
+                results = json.load(f)
+        if results or points:
+            found.append((float(m.group(1)), int(m.group(2)), results or {}, points))
     return found
 
 
@@ -38,7 +49,7 @@ def gap_summary(g):
 
 def summarise(out):
     rows, analyses = [], {}
-    for fraction, seed, r in pairs(out):
+    for fraction, seed, r, points in pairs(out):
         for model, points in r.get("budget", {}).items():
             if not model.endswith("_scratch"):
                 continue
@@ -49,6 +60,15 @@ def summarise(out):
                              "p_value": p["p_value"], "sparsity": p["l0drop_sparsity"]})
         for model, g in r.get("gap_analysis", {}).items():
             analyses[f"f{fraction:g}_s{seed}/{model}"] = gap_summary(g)
+        done = {(x["model"], x["updates"]) for x in rows if (x["fraction"], x["seed"]) == (fraction, seed)}
+        for p in points:
+            if ("pattern_freq_scratch", p["updates"]) in done:
+                continue
+            rows.append({"fraction": fraction, "seed": seed, "model": "pattern_freq_scratch", "updates": p["updates"],
+                         "stock": p["stock"], "score": p["freq"], "gap": p["gap"], "relative_gap": p["relative_gap"],
+                         "p_value": p["p_value"], "sparsity": p["sparsity"], "from": "evaluate_point.py"})
+            analyses[f"f{fraction:g}_s{seed}/pattern_freq_scratch@{p['updates']}"] = {
+                k: p[k] for k in ("sparsity", "brevity", "by_segment_type", "by_length", "copy_recall", "nll")}
     means = {}
     for key in sorted({(x["fraction"], x["model"], x["updates"]) for x in rows}):
         sel = [x for x in rows if (x["fraction"], x["model"], x["updates"]) == key]
@@ -58,27 +78,37 @@ def summarise(out):
             "score": round(statistics.mean(x["score"] for x in sel), 2),
             "gap": round(statistics.mean(x["gap"] for x in sel), 2),
             "relative_gap": round(statistics.mean(rel), 4) if rel else None}
-    return {"rows": rows, "means": means, "gap_analysis": analyses}
+    headline = {}
+    for key, m in means.items():  # all the pairs, the freq rule: what README's status table reads
+        found = re.fullmatch(r"f1/pattern_freq_scratch@(\d+)", key)
+        if found:
+            u = found.group(1)
+            rel = m["relative_gap"]
+            headline.update({f"relative_gap_pct_{u}": None if rel is None else round(100 * rel, 1), f"gap_{u}": m["gap"],
+                             f"stock_bleu_{u}": m["stock"], f"seeds_{u}": len(m["seeds"])})
+    return {"rows": rows, "means": means, "headline": headline, "gap_analysis": analyses}
 
 
 def main():
     summary = summarise(sys.argv[1])
-    with open(os.path.join(HERE, "summary.json"), "w") as f:
+    dest = sys.argv[2] if len(sys.argv) > 2 else HERE
+    with open(os.path.join(dest, "results.json"), "w") as f:
         json.dump(summary, f, indent=1)
     series = {}
     for x in summary["rows"]:
         series.setdefault(f"{x['model']}, {x['fraction']:g} of the pairs, seed {x['seed']}", []).append(x)
-    line_plot([(label, [x["updates"] for x in xs], [100 * x["relative_gap"] for x in xs]) for label, xs in series.items()],
-              os.path.join(HERE, "relative_gap_vs_updates.png"),
+    pct = lambda r: None if r is None else 100 * r  # noqa: E731  (no stock BLEU: no relative gap)
+    line_plot([(label, [x["updates"] for x in xs], [pct(x["relative_gap"]) for x in xs]) for label, xs in series.items()],
+              os.path.join(dest, "relative_gap_vs_updates.png"),
               "trained from scratch beside the stock model, DDTP en-de, 3+3 x 128, CPU",
               "updates (both models)", "relative BLEU gap to stock (%)")
     print("| pairs | model | updates | seed | stock BLEU | model BLEU | gap | relative | p | sparsity |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for x in summary["rows"]:
         print(f"| {x['fraction']:g} | {x['model']} | {x['updates']} | {x['seed']} | {x['stock']:.2f} | {x['score']:.2f} "
-              f"| {x['gap']:+.2f} | {x['relative_gap']:+.1%} | {x['p_value']} | {x['sparsity']:.1%} |")
+              f"| {x['gap']:+.2f} | {pct(x['relative_gap'])} | {x['p_value']} | {x['sparsity']:.1%} |")
     for key, m in summary["means"].items():
-        print(f"mean {key} over seeds {m['seeds']}: {m['stock']} -> {m['score']} ({m['gap']:+}, {m['relative_gap']:+.1%})")
+        print(f"mean {key} over seeds {m['seeds']}: {m['stock']} -> {m['score']} ({m['gap']:+}, {pct(m['relative_gap'])}%)")
 
 
 if __name__ == "__main__":
