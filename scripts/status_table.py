@@ -31,7 +31,7 @@ ROWS = [
     ("the freq rule at 50% trained sparse from scratch (the decisive test of L0Drop's gap)",
      "within 3% relative of stock at equal updates",
      "**{d[headline][relative_gap_pct_850]:+.1f}%** relative ({d[headline][gap_850]:+.2f} BLEU against stock's "
-     "{d[headline][stock_bleu_850]:.2f}; x128, CPU, 850 updates, {d[headline][seeds_850]} seed)", "MET_850",
+     "{d[headline][stock_bleu_850]:.2f}; x128, CPU, 850 updates, {d[headline][seeds_850]} seed)", "not at the one point reached",
      "[report]({d})", {"d": "2026-11-28-l0drop-decisive"}),
     ("composed (simplified decoder + L0Drop 10% + half the heads)", "2x stock at 400 tokens, within 1 BLEU",
      "**{r[headline][speed_vs_stock_400_seed1]:.2f}x** / **{r[headline][speed_vs_stock_400_seed2]:.2f}x** (CPU, one "
