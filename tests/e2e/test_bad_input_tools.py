@@ -132,6 +132,7 @@ def test_a_full_disk_leaves_no_half_file_and_ends_in_one_line(corpus, tmp_path, 
     from fairseq import checkpoint_utils
 
     import fairseq_sparse.export as export
+    from helpers.faults import full_disk_open
 
     save, stock = str(tmp_path / "gated"), str(tmp_path / "stock")
     train(corpus["bin"], save, ["--arch", "transformer_head_gates", "--head-gates", "enc",
@@ -154,21 +155,7 @@ def test_a_full_disk_leaves_no_half_file_and_ends_in_one_line(corpus, tmp_path, 
     assert proc.returncode == 2 and "No space left on device" in proc.stderr and "Traceback" not in proc.stderr
     assert sorted(os.listdir(tmp_path)) == ["gated", "mask.json", "stock"]
 
-    class FullFile:
-        def __init__(self, path, mode):
-            self.f = open(path, mode)
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self.f.close()
-
-        def write(self, data):
-            self.f.write(bytes(data[:100]))
-            raise full_disk(self.f.name)
-
-    monkeypatch.setattr(export, "open", FullFile, raising=False)
+    monkeypatch.setattr(export, "open", full_disk_open(100), raising=False)
     artefact = tmp_path / "model.ts"
     proc = run([console("fairseq-sparse-export"), "--data", corpus["bin"], "--path", f"{stock}/checkpoint_last.pt",
                 "--output", str(artefact)], check=False)

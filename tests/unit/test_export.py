@@ -63,6 +63,7 @@ def test_a_failed_write_leaves_no_artefact_at_the_output(tmp_path, monkeypatch):
     import torch
 
     from fairseq_sparse import export
+    from helpers.faults import full_disk_open
 
     out = tmp_path / "model.pt"
     out.write_bytes(b"the earlier artefact")
@@ -70,22 +71,8 @@ def test_a_failed_write_leaves_no_artefact_at_the_output(tmp_path, monkeypatch):
     def serialised(obj, f, _extra_files=None):  # the artefact serialised in memory, as export.save does first
         f.write(b"a whole artefact")
 
-    class FullDisk:
-        def __init__(self, path, mode):
-            self.f = open(path, mode)
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self.f.close()
-
-        def write(self, data):
-            self.f.write(b"half")
-            raise OSError(28, "No space left on device")
-
     monkeypatch.setattr(torch.jit, "save", serialised)
-    monkeypatch.setattr(export, "open", FullDisk, raising=False)
+    monkeypatch.setattr(export, "open", full_disk_open(), raising=False)
     with pytest.raises(OSError):
         export.save(object(), str(out), {"format": 1})
     assert out.read_bytes() == b"the earlier artefact" and sorted(p.name for p in tmp_path.iterdir()) == ["model.pt"]
