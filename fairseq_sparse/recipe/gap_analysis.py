@@ -118,36 +118,40 @@ def segment_types(a, n):
 
 def analyse(a, ev, m: Method):
     """One model's analysis against its control (None where the control has no decoding at M's updates)."""
-    wd, tokenize = ev.wd, "13a" if a.tokenizer == "moses" else "none"
     pair = control_decoding(ev, m)
     if pair is None:
         return None
-    mine, theirs = ev.generate(m.name, ev.checkpoint(m)), ev.generate(*pair)
-    refs, hyps, ctrl = mine["references"], [h for h, _ in mine["hypotheses"]], [h for h, _ in theirs["hypotheses"]]
-    by_id = gates(a, wd, ev.data, m.name, ev.checkpoint(m))
+    return {"model": m.name, **compare(a, ev, (m.name, ev.checkpoint(m)), pair)}
+
+
+def compare(a, ev, mine, theirs):
+    """The analysis of the source-pruning model MINE against THEIRS, each (key, checkpoint relative to WORK): both
+    decoded on the test split (cached), the pruned pieces of MINE's gates, the NLL of both."""
+    wd, tokenize = ev.wd, "13a" if a.tokenizer == "moses" else "none"
+    ours, other = ev.generate(*mine), ev.generate(*theirs)
+    refs, hyps, ctrl = ours["references"], [h for h, _ in ours["hypotheses"]], [h for h, _ in other["hypotheses"]]
+    os.makedirs(wd.path("gap_analysis"), exist_ok=True)
+    by_id = gates(a, wd, ev.data, *mine)
     ids = sorted(by_id)
     if len(ids) != len(refs):
-        raise ValueError(f"{m.name}: {len(ids)} sentences with gates, {len(refs)} decoded")
+        raise ValueError(f"{mine[0]}: {len(ids)} sentences with gates, {len(refs)} decoded")
     sep = "@@" if a.bpe_merges else ""
     sources = [gap.source_words(by_id[i][0][:-1], by_id[i][1][:-1], sep) for i in ids]  # </s> left out
     lengths = [gap.length_bucket(len(by_id[i][0]) - 1) for i in ids]
     types = segment_types(a, len(refs))
-    result = {"model": m.name, "control": pair[0], "checkpoint": ev.checkpoint(m), "control_checkpoint": pair[1],
-              "overall": gap.by_group(["all"] * len(refs), ctrl, hyps, refs, tokenize)["all"],
-              "brevity": {"method": gap.brevity(hyps, refs, tokenize), "control": gap.brevity(ctrl, refs, tokenize)},
-              "by_length": gap.by_group(lengths, ctrl, hyps, refs, tokenize),
-              "by_segment_type": gap.by_group(types, ctrl, hyps, refs, tokenize) if types else None,
-              "copy_recall": {"method": gap.copy_recall(sources, refs, hyps),
-                              "control": gap.copy_recall(sources, refs, ctrl)},
-              "sparsity": round(sum(sum(by_id[i][1][:-1]) for i in ids) / sum(len(by_id[i][1]) - 1 for i in ids), 4),
-              "nll": {"method": nll(a, wd, ev.data, m.name, ev.checkpoint(m)),
-                      "control": nll(a, wd, ev.data, pair[0], pair[1])}}
-    return result
+    return {"control": theirs[0], "checkpoint": mine[1], "control_checkpoint": theirs[1],
+            "overall": gap.by_group(["all"] * len(refs), ctrl, hyps, refs, tokenize)["all"],
+            "brevity": {"method": gap.brevity(hyps, refs, tokenize), "control": gap.brevity(ctrl, refs, tokenize)},
+            "by_length": gap.by_group(lengths, ctrl, hyps, refs, tokenize),
+            "by_segment_type": gap.by_group(types, ctrl, hyps, refs, tokenize) if types else None,
+            "copy_recall": {"method": gap.copy_recall(sources, refs, hyps),
+                            "control": gap.copy_recall(sources, refs, ctrl)},
+            "sparsity": round(sum(sum(by_id[i][1][:-1]) for i in ids) / sum(len(by_id[i][1]) - 1 for i in ids), 4),
+            "nll": {"method": nll(a, wd, ev.data, *mine), "control": nll(a, wd, ev.data, *theirs)}}
 
 
 def gap_analysis(a, ev, finished):
     """Every analysed model's result, in WORK/gap_analysis/NAME.json (the step) or read back (the report)."""
-    os.makedirs(ev.wd.path("gap_analysis"), exist_ok=True)
     out = {}
     for m in analysed(a, ev.wd, finished):
         r = analyse(a, ev, m)

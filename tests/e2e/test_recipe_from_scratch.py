@@ -5,8 +5,7 @@ scratch beside the baseline at equal updates (--scratch-budget-points), on a sha
 import json
 import os
 
-import torch
-
+from fairseq_sparse.checkpoint_safety import read_state
 from helpers.recipe import recipe
 
 
@@ -52,10 +51,10 @@ def test_a_continued_fine_tuning_keeps_the_baselines_adam_and_rate(raw_corpus, t
     work = tmp_path / "work"
     recipe(raw_corpus, work, ["--steps", "prepare,baseline,control,l0drop", "--finetune-protocol", "continue",
                               "--threads", "1"])
-    start = torch.load(work / "baseline" / "checkpoint_continue.pt", weights_only=False)
+    start = read_state(str(work / "baseline" / "checkpoint_continue.pt"))
     assert start["optimizer_history"][-1]["num_updates"] == 0
     for name in ("control", "l0drop"):
-        state = torch.load(work / name / "checkpoint_last.pt", weights_only=False)
+        state = read_state(str(work / name / "checkpoint_last.pt"))
         assert state["optimizer_history"][-1]["num_updates"] == 20
         steps = {float(s["step"]) for s in state["last_optimizer_state"]["state"].values() if "step" in s}
         assert 60.0 in steps  # the baseline's 40 Adam steps go on: 40 + 20 (the gates' new state: 20)
