@@ -1,5 +1,6 @@
 """The recipe's work dir: runs commands (logged, their progress echoed, recorded for the report), keeps results
 keyed by what produced them, and knows which trainings are finished."""
+import fcntl
 import functools
 import hashlib
 import json
@@ -113,48 +114,83 @@ def stop(proc, grace=10):
 
 
 class StepLock:
-    """One recipe run per step of a work dir (steps run side by side as separate runs): WORK/locks/STEP.lock holds
-    the pid of the run that took it; a lock whose run has gone is said and taken over."""
+    """One recipe run per step of a work dir (steps run side by side as separate runs). WORK/locks/STEP.lock is
+    held with flock(2) by the run and, through the inherited descriptor, by every command it starts: a recipe
+    killed with SIGKILL leaves its training running, and the lock stays held until that training ends too. The
+    file names the run's pid and its commands' pids for the message; a file nobody holds is a stale lock, taken
+    over (whatever pid it names)."""
 
     def __init__(self, wd, steps):
-        self.paths = [wd.path("locks", f"{s}.lock") for s in steps]
+        self.wd, self.paths = wd, [wd.path("locks", f"{s}.lock") for s in steps]
         os.makedirs(wd.path("locks"), exist_ok=True)
-        self.taken = []
+        self.taken = {}  # path -> fd
 
     def __enter__(self):
         for path in self.paths:
-            step = os.path.basename(path)[:-len(".lock")]
-            while True:
-                try:
-                    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-                except FileExistsError:
-                    pid = _lock_owner(path)
-                    if pid is not None and _running(pid):
-                        self.__exit__()
-                        fail(f"step {step} of {os.path.dirname(os.path.dirname(path))} is being run by another "
-                             f"recipe run (pid {pid}): wait for it, or stop it")
-                    print(f"  step {step}: a stale lock of a run that is gone (pid {pid}) taken over")
-                    os.remove(path)
-                    continue
-                with os.fdopen(fd, "w") as f:
-                    f.write(str(os.getpid()))
-                self.taken.append(path)
-                break
+            fd = self._take(path)
+            if fd is None:
+                self.__exit__()
+                step = os.path.basename(path)[:-len(".lock")]
+                fail(f"step {step} of {os.path.dirname(os.path.dirname(path))}: {_holder(path)} holds {path}; "
+                     "wait for it, or stop it")
+            self.taken[path] = fd
+        self.wd.lock_fds = tuple(self.taken.values())
         return self
 
+    @staticmethod
+    def _take(path):
+        """The locked descriptor of PATH (made if absent, the pid written), or None when another process holds it."""
+        while True:
+            fd = os.open(path, os.O_CREAT | os.O_RDWR)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                return None
+            try:
+                same = os.fstat(fd).st_ino == os.stat(path).st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:  # its holder removed the file between our open and our lock: take the new one
+                os.close(fd)
+                continue
+            stale = os.read(fd, 200).decode(errors="replace").split()
+            if stale:
+                print(f"  step {os.path.basename(path)[:-len('.lock')]}: a stale lock of a run that is gone "
+                      f"(pid {stale[0]}) taken over")
+            os.ftruncate(fd, 0)
+            os.lseek(fd, 0, os.SEEK_SET)
+            os.write(fd, f"{os.getpid()}\n".encode())
+            return fd
+
     def __exit__(self, *exc):
-        for path in self.taken:
-            if _lock_owner(path) == os.getpid():
-                os.remove(path)
-        self.taken = []
+        for path, fd in self.taken.items():
+            os.remove(path)  # removed while held: a run waiting on the old file sees it gone and retries
+            os.close(fd)
+        self.taken = {}
+        self.wd.lock_fds = ()
 
 
-def _lock_owner(path):
+def note_command(fds, pid):
+    """Add the pid of a command the run started to its lock files (open descriptors FDS), for the message."""
+    for fd in fds:
+        os.write(fd, f"{pid}\n".encode())
+
+
+def _holder(path):
+    """Who holds the lock PATH, in words: the recipe run, or the commands a killed run left running."""
     try:
         with open(path) as f:
-            return int(f.read().strip())
+            pids = [int(p) for p in f.read().split()]
     except (OSError, ValueError):
-        return None
+        pids = []
+    if not pids:
+        return "another process"
+    if _running(pids[0]):
+        return f"another recipe run (pid {pids[0]})"
+    left = [p for p in pids[1:] if _running(p)] or pids[1:]
+    return (f"a command of a recipe run that was killed (pid {', '.join(map(str, left))}; the run was pid "
+            f"{pids[0]})")
 
 
 def _running(pid):
@@ -173,6 +209,7 @@ class WorkDir:
 
     def __init__(self, work, quiet=False, threads=0):
         self.work, self.quiet, self.threads = os.path.abspath(work), quiet, threads
+        self.lock_fds = ()  # the descriptors of the step locks held (StepLock): every command inherits them
 
     def path(self, *parts):
         return os.path.join(self.work, *parts)
@@ -212,7 +249,8 @@ class WorkDir:
         print(f"  $ {line[:300]}{' ...' if len(line) > 300 else ''}\n    (log: {log_path})", flush=True)
         with open(log_path, "w") as f:
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=self.env(),
-                                    cwd=self.work, text=True, errors="replace")
+                                    cwd=self.work, text=True, errors="replace", pass_fds=self.lock_fds)
+            note_command(self.lock_fds, proc.pid)
             try:
                 for out_line in proc.stdout:
                     f.write(out_line)

@@ -335,6 +335,19 @@ def test_a_product_is_made_again_when_a_setting_it_was_made_with_changes(tmp_pat
     assert made == ["a", "c"] and "mask.json: made again (its settings changed)" in capsys.readouterr().out
 
 
+def _holding(path, content):
+    """A process that holds PATH with flock(2), as a recipe run or a command it started does, CONTENT written."""
+    import subprocess
+    import sys
+
+    code = ("import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_CREAT | os.O_RDWR); "
+            "fcntl.flock(fd, fcntl.LOCK_EX); os.write(fd, sys.argv[2].encode()); print('held', flush=True); "
+            "time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(path), content], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
 def test_one_run_per_step_and_a_stale_lock_is_taken_over(tmp_path, capsys):
     import subprocess
     import sys
@@ -342,21 +355,32 @@ def test_one_run_per_step_and_a_stale_lock_is_taken_over(tmp_path, capsys):
     from fairseq_sparse.recipe.workdir import StepLock
 
     wd = WorkDir(str(tmp_path))
-    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
-        (tmp_path / "locks").mkdir()
-        (tmp_path / "locks" / "control.lock").write_text(str(other.pid))
-        with pytest.raises(SystemExit, match=f"step control of .* is being run by another recipe run \\(pid {other.pid}\\)"):
-            with StepLock(wd, ["l0drop", "control"]):
-                pass
-        assert not (tmp_path / "locks" / "l0drop.lock").exists()  # what it took before the refusal is released
-    finally:
-        other.kill()
-        other.wait()
-    with StepLock(wd, ["l0drop", "control"]):  # the owner has gone: its lock is taken over, and said
-        assert (tmp_path / "locks" / "control.lock").read_text() == str(os.getpid())
-    assert "a stale lock of a run that is gone" in capsys.readouterr().out
-    assert sorted(os.listdir(tmp_path / "locks")) == []
+    (tmp_path / "locks").mkdir()
+    lock = tmp_path / "locks" / "control.lock"
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    for content, holder in (("{pid}\n", "another recipe run \\(pid {pid}\\)"),  # a run holds it
+                            # a killed run's training still holds it (the run's pid is gone): it is named
+                            (f"{gone.pid}\n{{pid}}\n", f"a command of a recipe run that was killed \\(pid {{pid}}; "
+                                                       f"the run was pid {gone.pid}\\)")):
+        other = _holding(lock, "")
+        try:
+            lock.write_text(content.format(pid=other.pid))
+            with pytest.raises(SystemExit, match=f"step control of .*: {holder.format(pid=other.pid)} holds "
+                                                 f"{lock}; wait for it, or stop it"):
+                with StepLock(wd, ["l0drop", "control"]):
+                    pass
+            assert not (tmp_path / "locks" / "l0drop.lock").exists()  # what it took before the refusal is released
+        finally:
+            other.kill()
+            other.wait()
+    # a lock file nobody holds is stale, whatever live process it names (here: this test's own pid's parent)
+    lock.write_text(f"{os.getppid()}\n")
+    with StepLock(wd, ["l0drop", "control"]):
+        assert lock.read_text() == f"{os.getpid()}\n"
+        assert wd.lock_fds and len(wd.lock_fds) == 2  # what the commands the run starts inherit
+    assert f"a stale lock of a run that is gone (pid {os.getppid()}) taken over" in capsys.readouterr().out
+    assert sorted(os.listdir(tmp_path / "locks")) == [] and wd.lock_fds == ()
 
 
 def test_a_trained_models_key_is_its_command_line_without_the_budget():
