@@ -40,17 +40,18 @@ def refusal(model_options: Mapping) -> Optional[str]:
         return ("--encoder-output-pattern pos reads part-of-speech tags that travel with fairseq's data "
                 "(--task translation_source_tags); the artefact takes token ids only. Decode it with "
                 "fairseq-generate --user-dir fairseq_sparse --task translation_source_tags")
-    gates = [t for t in str(model_options.get("head_gates") or "").split(",") if t.strip()]
-    if gates:
-        return (f"the model has head gates ({','.join(gates)}): cut the closed heads out first "
-                "(fairseq-sparse-prune-heads --path CKPT --output pruned.pt) and export pruned.pt; the gates' "
-                "forward hooks do not script, and a pruned model computes what the gated one does")
     normaliser = model_options.get("encdec_attention_normaliser")
     if normaliser not in _SCRIPTABLE_NORMALISERS:
         return (f"--encdec-attention-normaliser {normaliser}: only softmax attention is exported (the sparse "
                 "normalisers and the Gumbel noise call Python-only code)")
     if model_options.get("encdec_attention_coverage"):
         return "--encdec-attention-coverage: the coverage model is not scriptable; it is not exported"
+    # last: the one refusal with a remedy, given only where the pruned model would then export
+    gates = [t for t in str(model_options.get("head_gates") or "").split(",") if t.strip()]
+    if gates:
+        return (f"the model has head gates ({','.join(gates)}): cut the closed heads out first "
+                "(fairseq-sparse-prune-heads --path CKPT --output pruned.pt) and export pruned.pt; the gates' "
+                "forward hooks do not script, and a pruned model computes what the gated one does")
     return None
 
 

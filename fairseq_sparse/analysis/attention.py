@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from . import alignment as al
+from ..modules.encoder_patterns import encoder_inputs
 
 #: Zhang, Titov & Sennrich (2021) Figs. 1 and 7 report the share of source words receiving less than this
 LOW_ATTENTION = 0.6
@@ -194,12 +195,12 @@ def analyse_samples(model, samples, stats: AttentionStats, src_dict, tgt_dict, s
         for sample in samples:
             net = sample["net_input"]
             rec.reset()
-            enc_out = model.encoder(net["src_tokens"], src_lengths=net["src_lengths"])
+            enc_out = model.encoder(net["src_tokens"], **encoder_inputs(model.encoder, net))
             model.decoder(net["prev_output_tokens"], encoder_out=enc_out, src_lengths=net["src_lengths"])
             gates = None
             if stats.l0drop:
                 gates = l0drop_gates(enc_out if gate_encoder is model.encoder else gate_encoder(
-                    net["src_tokens"], src_lengths=net["src_lengths"])).numpy()
+                    net["src_tokens"], **encoder_inputs(gate_encoder, net))).numpy()
             analyse_batch(stats, sample, rec.weights[:n_layers], rec.weights[n_layers], gates, src_dict, tgt_dict,
                           separator, align_layers, gold, head_labels)
     return stats
@@ -217,7 +218,7 @@ def source_token_gates(encoder, samples: Iterable[dict], dictionary) -> Iterator
     with torch.no_grad():
         for sample in samples:
             net = sample["net_input"]
-            gates = l0drop_gates(encoder(net["src_tokens"], net["src_lengths"]))
+            gates = l0drop_gates(encoder(net["src_tokens"], **encoder_inputs(encoder, net)))
             src = net["src_tokens"].cpu()
             for row, sid in enumerate(sample["id"].tolist()):
                 real = src[row].ne(dictionary.pad()).nonzero().flatten().tolist()

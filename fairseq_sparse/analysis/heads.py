@@ -37,6 +37,7 @@ import torch
 
 from . import alignment
 from ..modules.attention_capture import HeadAttentionRecorder
+from ..modules.encoder_patterns import encoder_inputs
 
 #: Voita et al. (2019) Sec. 5.2's relations (dobj is called obj since UD v2)
 RELATIONS = ("nsubj", "obj", "amod", "advmod")
@@ -484,7 +485,7 @@ def analyse_dataset(model, samples: Iterable[dict], src_dict, counts: np.ndarray
         for sample in samples:
             src = sample["net_input"]["src_tokens"]
             rec.reset()
-            encoder(src, src_lengths=sample["net_input"]["src_lengths"])
+            encoder(src, **encoder_inputs(encoder, sample["net_input"]))
             weights = [None if w is None else w.numpy() for w in rec.weights]  # the recorder's are on the CPU
             for layer, w in enumerate(weights):
                 if w is not None and w.shape[0] != n_heads[layer]:

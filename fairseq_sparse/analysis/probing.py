@@ -39,6 +39,7 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 from torch import Tensor, nn
 
 from ..modules.decoder_layer import SublayerDecoderLayer
+from ..modules.encoder_patterns import encoder_inputs
 
 #: the modules of a decoder layer that can be probed (Yang et al. 2020, Figs. 3 and 8)
 MODULES = ("tem", "sem", "ifm", "addnorm1", "ffn", "addnorm2")
@@ -302,7 +303,7 @@ def forward_sequences(model, sample, recorder: DecoderModuleRecorder, kinds: Seq
     net = sample["net_input"]
     recorder.reset()
     with torch.no_grad():
-        enc = model.encoder(net["src_tokens"], src_lengths=net["src_lengths"])
+        enc = model.encoder(net["src_tokens"], **encoder_inputs(model.encoder, net))
         model.decoder(net["prev_output_tokens"], encoder_out=enc, src_lengths=net["src_lengths"])
     memory_pad = net["prev_output_tokens"].eq(dictionaries["target"].pad())
     seqs = {}

@@ -39,6 +39,15 @@ UNTAGGED_INPUT = ("--encoder-output-pattern pos reads the part-of-speech tags of
 POS_DROPPED_TAGS = tuple(t for t in PENN_TAGS if tag_type(t) in (FUNCTION, PUNCT) or t in ("MD", "EX"))
 
 
+def encoder_inputs(encoder, net_input) -> dict:
+    """The keyword inputs of ``encoder`` for a fairseq batch's ``net_input`` besides src_tokens: src_lengths, and
+    the source tags of --task translation_source_tags for an encoder that reads them (the POS pattern)."""
+    extra = {"src_lengths": net_input["src_lengths"]}
+    if getattr(encoder, "reads_source_tags", False) and net_input.get("src_tags") is not None:
+        extra["src_tags"] = net_input["src_tags"]
+    return extra
+
+
 def frequency_ranks(counts: Sequence[int], nspecial: int) -> list:
     """The ids of the dictionary's non-special symbols, most frequent first (ties by id)."""
     ids = range(nspecial, len(counts))

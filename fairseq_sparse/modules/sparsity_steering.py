@@ -10,6 +10,7 @@ from typing import Dict, Optional
 
 import torch
 
+from .encoder_patterns import encoder_inputs
 from .sparsity import collect_sparsity_terms
 from .sparsity_control import ALL_CLOSED, LagrangianController, straight_through
 
@@ -92,12 +93,11 @@ class SparsitySteering:
         if self.controller is None or "l0drop" not in self.controller.targets or encoder is None:
             return {}
         net_input = sample["net_input"]
-        extra = {"src_tags": net_input["src_tags"]} if net_input.get("src_tags") is not None else {}
         modes = [(m, m.training) for m in encoder.modules()]
         encoder.eval()
         try:
             with torch.no_grad():
-                encoder(net_input["src_tokens"], src_lengths=net_input["src_lengths"], **extra)
+                encoder(net_input["src_tokens"], **encoder_inputs(encoder, net_input))
         finally:
             for m, mode in modes:
                 m.training = mode

@@ -110,6 +110,27 @@ def test_pos_model_still_decodes_a_tagged_split(corpus, pos_model):
          "--max-tokens", "2000"] + IN_PROCESS_LOADER)
 
 
+def test_analysis_tools_read_a_pos_models_tags(corpus, pos_model, tmp_path):
+    """Issue 55 item 6: the probe, attention-analysis, head-analysis and sparsity-curve tools called the encoder
+    without the batch's tags and ended in a traceback saying raw sentences carry none; the tags travel with the
+    split they load (the checkpoint's --task translation_source_tags), so each now runs on the model."""
+    ckpt, _ = pos_model
+    common = ["--no-progress-bar", "--cpu"]
+    tools = {
+        "fairseq-sparse-probe": ["--output-dir", str(tmp_path / "probe"), "--max-updates", "2", "--max-tokens", "600",
+                                 "--probe-ffn-dim", "16"],
+        "fairseq-sparse-attention-analysis": ["--output-dir", str(tmp_path / "att"), "--gen-subset", "valid"],
+        "fairseq-sparse-head-analysis": ["--output-dir", str(tmp_path / "heads"), "--max-sentences", "10"],
+        "fairseq-sparse-sparsity-curve": ["--checkpoints", ckpt, "--output-prefix", str(tmp_path / "curve"),
+                                          "--max-sentences", "10", "--beam", "2"],
+    }
+    for tool, extra in tools.items():
+        path = [] if tool.endswith("sparsity-curve") else ["--path", ckpt]
+        proc = run([console(tool), corpus["bin"]] + path + extra + common, check=False)
+        log = proc.stdout + proc.stderr
+        assert proc.returncode == 0 and "Traceback" not in log, (tool, log[-3000:])
+
+
 def test_universal_pos_tags_are_refused_before_training(corpus, tmp_path):
     """Universal POS tags (DET, NOUN, ...) are none of the Penn Treebank tags the POS pattern drops: it dropped
     nothing, silently."""
