@@ -83,6 +83,8 @@ from bench_common import fmt, print_header  # noqa: E402
 VARIANTS = ("stock", "l0drop", "layers", "layers_unpruned", "heads", "simplified", "composed", "stock_int8",
             "composed_int8", "stock_ts", "composed_ts", "composed_int8_ts", "ct2_float32", "ct2_int8")
 CT2_VARIANTS = ("ct2_float32", "ct2_int8")
+#: --path names that say the checkpoint prunes source states: refused for a checkpoint without L0Drop gates
+L0DROP_NAMES = ("l0drop", "layers", "layers_unpruned")
 #: torch's dynamic int8 quantisation of a fairseq model (the _ts one also scripted)
 INT8_VARIANTS = ("stock_int8", "composed_int8", "composed_int8_ts")
 #: fairseq-sparse-export's TorchScript artefact (model and scripted beam search) of a checkpoint
@@ -118,7 +120,7 @@ def parse_args(argv=None):
     bench_common.add_size_args(p, "--size", bench_common.SIZES, default="small", help_prefix="random models: ")
     p.add_argument("--path", action="append", metavar="NAME=CKPT",
                    help="time trained checkpoints instead of random models (repeat; one must be named stock, e.g. "
-                        "a stock transformer; a name ending in _unpruned decodes with pruned decoding off; ct2_float32 "
+                        "a stock transformer; l0drop, layers and layers_unpruned must have L0Drop gates or a pattern; a name ending in _unpruned decodes with pruned decoding off; ct2_float32 "
                         "and ct2_int8 convert the stock checkpoint; stock_int8 and composed_int8 in --variants quantise "
                         "the stock and composed checkpoints); the rates and sizes options then do not apply")
     p.add_argument("--data", help="with --path: the checkpoints' data-bin (dictionaries; sources from --gen-subset)")
@@ -194,6 +196,7 @@ def check_args(p, args):
 
 def checkpoint_paths(p, args):
     """{name: checkpoint} of --path, each checked (a complete checkpoint whose positions hold every length)."""
+    from fairseq_sparse.analysis.sparsity_curve import describe_checkpoint
     from fairseq_sparse.checkpoint_safety import model_options, read_state
     from fairseq_sparse.cli.common import ToolError, check_checkpoint_file, check_data_dir
 
@@ -215,6 +218,9 @@ def checkpoint_paths(p, args):
         except ToolError as e:
             p.error(str(e))
         options = args._options[name] = model_options(read_state(path))
+        if name in L0DROP_NAMES and not describe_checkpoint(path)["gates"]["l0drop"]:
+            p.error(f"--path {name}={path}: no L0Drop gates and no encoder-output pattern, so it would be timed "
+                    f"as {name} while decoding as a stock model; give an L0Drop checkpoint under that name")
         limit = options.get("max_source_positions") or bench_common.MAX_POSITIONS
         if max(args._length_list) > limit:
             p.error(f"--lengths {max(args._length_list)}: beyond --path {name}'s {limit} source positions")
