@@ -3,7 +3,8 @@
 # equal updates, then the gap analysis of each pair.
 #   CORPUS=ddtp/en-de OUT=runs/decisive [UPDATES=1700 POINTS=850,1700] reports/2026-11-28-l0drop-decisive/run.sh [PHASE ...]
 # PHASE: s1, s2 (all pairs, seed 1 or 2), half, quarter (1/2 and 1/4 of the pairs, seed 1), l0drop (learned gates
-# from scratch, pressure held back, seed 1), summary. Each work dir resumes: a phase run again picks up where it
+# from scratch, pressure held back, seed 1), protocol (the freq rule at 0.5 fine-tuned FT_UPDATES (default 600) from
+# seed 1's baseline at the end of s1, beside its control, under the continued and the fresh protocol), summary. Each work dir resumes: a phase run again picks up where it
 # stopped, and UPDATES raised later (with POINTS extended) continues the same runs (inverse-sqrt does not depend on
 # the budget).
 set -euo pipefail
@@ -16,7 +17,9 @@ if [ -f "$CORPUS/test.meta.tsv" ] && [ ! -f "$SEGMENTS" ]; then
 fi
 common=(-s en -t de --baseline-updates "${UPDATES:-1700}" --baseline-patience 0 --scratch-budget-points "${POINTS:-850,1700}"
         --validate-interval 5 --threads 1 --quiet)
-[ -f "$SEGMENTS" ] && common+=(--segment-types "$SEGMENTS")
+segments=()
+[ -f "$SEGMENTS" ] && segments=(--segment-types "$SEGMENTS")
+common+=("${segments[@]}")
 recipe() {  # recipe FRACTION SEED STEPS
   local work="$OUT/f$1_s$2" data=(--corpus "$CORPUS" --train-fraction "$1")
   if [ "$2" != 1 ] && [ -d "$OUT/f$1_s1/data-bin" ]; then data=(--data-bin "$OUT/f$1_s1/data-bin"); fi
@@ -29,6 +32,20 @@ pair() {  # pair FRACTION SEED: the stock model and the freq rule from scratch, 
   wait $b; wait $f
   recipe "$1" "$2" gap_analysis,report
 }
+finetune() {  # finetune PROTOCOL SEED STEPS: fine-tunings from the seed's stock model at its last update
+  "$RECIPE" --data-bin "$OUT/f1_s$2/data-bin" --baseline-checkpoint "$OUT/f1_s$2/baseline/checkpoint_last.pt" \
+    --work-dir "$OUT/ft_$1_s$2" --seed "$2" -s en -t de --finetune-protocol "$1" --finetune-updates "${FT_UPDATES:-600}" \
+    --validate-interval 5 --threads 1 --quiet "${segments[@]}" --steps "$3"
+}
+protocol() {  # protocol SEED: method and control side by side under each protocol
+  for proto in continue fresh; do
+    finetune $proto "$1" baseline
+    finetune $proto "$1" control & c=$!
+    finetune $proto "$1" pattern_freq & f=$!
+    wait $c; wait $f
+    finetune $proto "$1" gap_analysis,report
+  done
+}
 phases=("$@")
 [ ${#phases[@]} -eq 0 ] && phases=(s1 s2 summary)
 for phase in "${phases[@]}"; do
@@ -38,6 +55,7 @@ for phase in "${phases[@]}"; do
     half) pair 0.5 1 ;;
     quarter) pair 0.25 1 ;;
     l0drop) recipe 1 1 l0drop_scratch; recipe 1 1 gap_analysis,report ;;
+    protocol) protocol 1 ;;
     summary) python3 "$(dirname "$0")/summarise.py" "$OUT" ;;
     *) echo "unknown phase $phase" >&2; exit 2 ;;
   esac
