@@ -170,7 +170,7 @@ def measure(args, model, task, batch, length):
 
 def write_partial(args, results):
     """With --json, what is measured so far into JSON.partial (removed at the end): a run stopped by a time limit
-    (scripts/gpu_checks.sh's stages) still brings its finished measurements back."""
+    (lab/gpu_checks.sh's stages) still brings its finished measurements back."""
     if args.json:
         from fairseq_sparse.cli.common import write_json
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The test command: create or reuse .venv (scripts/setup_env.sh), then run both test tiers: tests/unit
-# (pure tensors and in-process models, under 3 minutes) then tests/e2e (console scripts and training).
+# The test command: create or reuse .venv (scripts/setup_env.sh), then run the test tiers: tests/unit
+# (pure tensors and in-process models, under 3 minutes), tests/e2e (console scripts and training) and tests/lab
+# (lab/, the machinery of the borrowed GPU runs, in its CPU plumbing mode).
 # `scripts/test.sh --fast` runs tests/unit only; other arguments pass through to pytest. -rs: every skip's
 # reason in the summary (the cuda-marked tests skip where torch sees no CUDA device). Both tiers run in
 # TEST_WORKERS pytest-xdist processes (default: one per CPU core; 1 runs them in this process), a test file per
@@ -9,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup_env.sh
-tiers=(tests/unit tests/e2e)
+tiers=(tests/unit tests/e2e tests/lab)
 default_workers=auto
 args=()
 for a in "$@"; do

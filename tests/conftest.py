@@ -64,8 +64,8 @@ def pytest_configure(config):
 # seconds per file, TEST_CPU_LOG run of 2026-11-27 with the console scripts in this process: the recipe variants
 # 248-283, the end-to-end recipe 205-230, the GPU study 155-176, test_cli 148-160 (it builds the shared stock and
 # L0Drop checkpoints); the rest, 370-500 s, fills in.
-FIRST = [os.path.join("e2e", name) for name in ("test_recipe_variants.py", "test_recipe.py", "test_cli.py",
-                                                "test_gpu_study.py")]
+FIRST = [os.path.join("e2e", "test_recipe_variants.py"), os.path.join("e2e", "test_recipe.py"),
+         os.path.join("e2e", "test_cli.py"), os.path.join("lab", "test_gpu_study.py")]
 
 
 def run_order(item) -> int:
@@ -101,7 +101,7 @@ def pytest_runtest_protocol(item, nextitem):
 
 def pytest_runtest_logreport(report):
     """A cuda-marked test's failure is printed with its traceback as it happens, not only in the end-of-run summary:
-    a GPU run stopped by its time limit (scripts/gpu_checks.sh, the device tool) still says why (2026-11-26: six
+    a GPU run stopped by its time limit (lab/gpu_checks.sh, the device tool) still says why (2026-11-26: six
     in-process failures came back as bare FAILED lines)."""
     if report.failed and "cuda" in report.keywords:
         sys.stderr.write(f"\n--- {report.nodeid} failed ({report.when}):\n{report.longreprtext[-4000:]}\n")

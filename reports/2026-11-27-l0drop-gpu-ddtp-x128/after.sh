@@ -13,5 +13,5 @@ T=${TIMEOUT:-200}
 W=gpu_carry/C1 DATA=gpu_carry/W1/data-bin TIMEOUT=$T reports/2026-11-27-l0drop-gpu-ddtp-x256/fp16.sh &
 TRAINED_DATA=gpu_carry/W1/data-bin TRAINED_CKPT=gpu_carry/x128/s1_baseline_checkpoint_best.pt \
     TRAINED_ARGS="-s en -t de --remove-bpe --tokenizer moses" QUICK=1 BENCH=fixed_trained LIMIT_BENCH=$((T - 10)) \
-    scripts/gpu_checks.sh bench
+    lab/gpu_checks.sh bench
 wait

@@ -28,5 +28,5 @@ LOG=${OUT:-/tmp}/study.log
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1; python3 -c 'import torch, platform;
 print("torch", torch.__version__, "cuda", torch.version.cuda, "python", platform.python_version())';
   git log -1 --format='commit %h %cd' 2>/dev/null; nproc; } >> "$LOG" 2>&1
-scripts/gpu_study.sh gpu_carry/C "1 2" baseline control,l0drop >> "$LOG" 2>&1
+lab/gpu_study.sh gpu_carry/C "1 2" baseline control,l0drop >> "$LOG" 2>&1
 tail -30 "$LOG"

@@ -5,7 +5,7 @@
 # control, L0Drop at targets 0.5 and 0.3 and the rule-based freq pattern at 0.5 (budget points 500 and 1,000), every
 # test sentence decoded (beam 5, fp32), BLEU and paired bootstrap per seed, all packed into $OUT.
 #
-# Carried: wheelhouse/ (scripts/gpu_wheelhouse.sh, without fairseq-fixed's sdist: its cp312 wheel installs) and
+# Carried: wheelhouse/ (lab/gpu_wheelhouse.sh, without fairseq-fixed's sdist: its cp312 wheel installs) and
 # gpu_carry/: en-de/ (the corpus, ../shared/data/ddtp_parallel.py's {train,valid,test}.{en,de}) and W1/ (that
 # corpus after the recipe's prepare step on the CPU: data-bin, truncation.json):
 #   fairseq-sparse-recipe --corpus gpu_carry/en-de -s en -t de --work-dir gpu_carry/W1 --steps prepare --device cpu
@@ -27,5 +27,5 @@ LOG=${OUT:-/tmp}/study.log
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1; python3 -c 'import torch, platform;
 print("torch", torch.__version__, "cuda", torch.version.cuda, "python", platform.python_version())';
   git log -1 --format='commit %h %cd' 2>/dev/null; nproc; } > "$LOG" 2>&1
-scripts/gpu_study.sh gpu_carry/W "1 2" baseline "${FINETUNES:-control,l0drop,l0drop_low,pattern_freq}" >> "$LOG" 2>&1
+lab/gpu_study.sh gpu_carry/W "1 2" baseline "${FINETUNES:-control,l0drop,l0drop_low,pattern_freq}" >> "$LOG" 2>&1
 tail -40 "$LOG"

@@ -1,4 +1,4 @@
-"""scripts/gpu_checks.sh on a machine without a GPU: the report packed for the device tool after every stage, and a
+"""lab/gpu_checks.sh on a machine without a GPU: the report packed for the device tool after every stage, and a
 stage stopped at its LIMIT_<STAGE> while the report still comes back (what a 15-minute GPU loan depends on)."""
 import os
 import subprocess
@@ -13,7 +13,7 @@ def test_stages_pack_the_report_and_stop_at_their_limits(tmp_path):
     out.mkdir()
     env = dict(os.environ, OUT=str(out), GPU_REPORT=str(report), GPU_VENV=sys.prefix, BENCH="l0drop_b64",
                LIMIT_BENCH="1")
-    proc = subprocess.run(["bash", os.path.join(REPO, "scripts", "gpu_checks.sh"), "tests", "bench"], env=env,
+    proc = subprocess.run(["bash", os.path.join(REPO, "lab", "gpu_checks.sh"), "tests", "bench"], env=env,
                           capture_output=True, text=True, timeout=600)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-3000:]
@@ -33,7 +33,7 @@ def test_bad_limit_or_benchmark_name_refused_before_any_work(tmp_path):
                          ({"TESTS": "tests/unit/test_nothing.py"}, "TESTS names no test path")):
         report = tmp_path / "report"
         env = dict(os.environ, GPU_REPORT=str(report), GPU_VENV=sys.prefix, **bad)
-        proc = subprocess.run(["bash", os.path.join(REPO, "scripts", "gpu_checks.sh"), "tests", "bench"], env=env,
+        proc = subprocess.run(["bash", os.path.join(REPO, "lab", "gpu_checks.sh"), "tests", "bench"], env=env,
                               capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2 and message in proc.stdout + proc.stderr, proc.stdout + proc.stderr
         assert not report.exists()  # nothing written

@@ -1,4 +1,4 @@
-"""scripts/gpu_study.sh in its CPU plumbing mode on a tiny corpus: one device call's whole study (baselines of two
+"""lab/gpu_study.sh in its CPU plumbing mode on a tiny corpus: one device call's whole study (baselines of two
 seeds side by side under a wall-clock bound, every fine-tuning beside its equal-updates control, budget points,
 the report per seed, the pack and the model-only fp16 checkpoints), as the GPU runs it."""
 import json
@@ -16,7 +16,7 @@ from fairseq_sparse.checkpoint_safety import read_state
 from conftest import REPO
 from helpers.recipe import TINY
 
-SCRIPT = os.path.join(REPO, "scripts", "gpu_study.sh")
+SCRIPT = os.path.join(REPO, "lab", "gpu_study.sh")
 
 
 def test_one_call_one_study_in_plumbing_mode(raw_corpus, tmp_path):
@@ -70,7 +70,7 @@ def test_one_call_one_study_in_plumbing_mode(raw_corpus, tmp_path):
     parts = sorted(str(out / n) for n in brought if n.startswith("s1_l0drop_checkpoint_last.part"))
     assert len(parts) > 1 and all(os.path.getsize(p) <= 0.05 * 2**20 for p in parts), parts
     joined = tmp_path / "s1_l0drop.pt"
-    subprocess.run([sys.executable, os.path.join(REPO, "scripts", "checkpoint_parts.py"), "join", str(joined), *parts],
+    subprocess.run([sys.executable, os.path.join(REPO, "lab", "checkpoint_parts.py"), "join", str(joined), *parts],
                    check=True, capture_output=True)
     state = read_state(str(joined))  # fairseq's safe loader reads it
     assert "last_optimizer_state" not in state
@@ -79,8 +79,8 @@ def test_one_call_one_study_in_plumbing_mode(raw_corpus, tmp_path):
     assert list(state["model"]) == list(trained)
     assert all(torch.equal(state["model"][k], v.half() if v.is_floating_point() else v) for k, v in trained.items())
 
-    # the study's summary over its seeds, from the pack alone (scripts/study_summary.py)
-    sys.path.insert(0, os.path.join(REPO, "scripts"))
+    # the study's summary over its seeds, from the pack alone (lab/study_summary.py)
+    sys.path.insert(0, os.path.join(REPO, "lab"))
     import study_summary
 
     summary_json = tmp_path / "summary.json"

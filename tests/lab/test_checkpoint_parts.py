@@ -1,4 +1,4 @@
-"""scripts/checkpoint_parts.py: a checkpoint brought back from a device call model-only in fp16, in parts under the
+"""lab/checkpoint_parts.py: a checkpoint brought back from a device call model-only in fp16, in parts under the
 device tool's file limit where it is over it, and put together again exactly."""
 import argparse
 import os
@@ -9,7 +9,7 @@ import torch
 
 from conftest import REPO
 
-sys.path.insert(0, os.path.join(REPO, "scripts"))
+sys.path.insert(0, os.path.join(REPO, "lab"))
 import checkpoint_parts  # noqa: E402
 
 def state():

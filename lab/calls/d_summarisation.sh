@@ -16,10 +16,23 @@
 # training sets concatenated, valid and test = multidoc's):
 #   fairseq-sparse-recipe --corpus ddtp_synopsis --tokenizer-lang en --truncate-source 1000 --metric rouge \
 #       --work-dir gpu_carry/sum_synopsis --steps prepare --device cpu        # and ddtp_mixed -> gpu_carry/sum_mixed
-# Device call (the data-bin about 10 MB):
-#   run(carry ["wheelhouse", "gpu_carry/sum_synopsis/data-bin"], timeout_s 600): CORPUS=synopsis scripts/gpu_studies/d_summarisation.sh
-# Cut off: at once, on the warm machine, SECONDS_LEFT=<what is left - 20> CORPUS=... scripts/gpu_studies/d_summarisation.sh
-# Planned: install 50 s, phase 1 about 260 s, phase 2 about 150 s of training (six runs) and 80 s of decoding: 540 s.
+# The call (CORPUS=mixed: the same with sum_mixed), what it carries, returns and plans: the #@ lines (lab/preflight.py).
+#@ run wheelhouse gpu_carry/sum_$CORPUS/data-bin -- CORPUS=synopsis lab/calls/d_summarisation.sh
+#@ carry wheelhouse 32
+#@ carry gpu_carry/sum_$CORPUS/data-bin SUM
+#@ input gpu_carry/sum_$CORPUS/data-bin/dict.source.txt
+#@ returns study.tgz 3
+#@ returns study.log 0.1
+#@ returns s1_l0drop_checkpoint_last.part1of2.pt 15.5
+#@ returns s1_l0drop_checkpoint_last.part2of2.pt 7.3
+#@ returns s1_l0drop_low_checkpoint_last.part1of2.pt 15.5
+#@ returns s1_l0drop_low_checkpoint_last.part2of2.pt 7.3
+#@ plan install 50 48 s on an H200 from the wheelhouse's fairseq wheel (2026-11-27)
+#@ plan phase1 260 a baseline bounded by --baseline-minutes M takes about 1.22 M of wall time (2026-11-27)
+#@ plan phase2 150 six fine-tunings side by side, 800 updates at about 5-6 updates/s (2026-11-27)
+#@ plan decode 80 test documents, beam 4, under six runs side by side (2026-11-27's 70 s for 1,001 sentences)
+#@ resume SECONDS_LEFT=<what is left - 20> CORPUS=synopsis lab/calls/d_summarisation.sh
+#@ fallback SEARCH=fairseq SECONDS_LEFT=<what is left - 20> CORPUS=synopsis lab/calls/d_summarisation.sh
 source "$(dirname "$0")/common.sh"
 CORPUS=${CORPUS:-synopsis}
 [[ "$CORPUS" == synopsis || "$CORPUS" == mixed ]] || { echo "d_summarisation.sh: CORPUS is synopsis or mixed, not '$CORPUS'"; exit 2; }

@@ -4,9 +4,9 @@ checkpoint is brought back model-only in fp16 (fairseq reads a checkpoint withou
 over the limit in parts, each a loadable torch file with a share of the model's tensors; `join` puts them together
 into one checkpoint that fairseq-generate, the benchmarks and `--baseline-checkpoint` read.
 
-    python3 scripts/checkpoint_parts.py split CHECKPOINT DEST.pt [--max-mib 15.5]
+    python3 lab/checkpoint_parts.py split CHECKPOINT DEST.pt [--max-mib 15.5]
         # DEST.pt where it fits, else DEST.part1of2.pt, DEST.part2of2.pt, ...
-    python3 scripts/checkpoint_parts.py join DEST.pt DEST.part1of2.pt DEST.part2of2.pt
+    python3 lab/checkpoint_parts.py join DEST.pt DEST.part1of2.pt DEST.part2of2.pt
 """
 import argparse
 import hashlib

@@ -1,4 +1,4 @@
-"""scripts/study_summary.py on a bad pack (issue 55 item 5): a truncated study.tgz, a cut-off results.json, a model
+"""lab/study_summary.py on a bad pack (issue 55 item 5): a truncated study.tgz, a cut-off results.json, a model
 row without its score: one line naming the file, never a raw traceback; a model this version does not know is named
 as such."""
 import io
@@ -11,7 +11,7 @@ import pytest
 
 from conftest import REPO
 
-sys.path.insert(0, os.path.join(REPO, "scripts"))
+sys.path.insert(0, os.path.join(REPO, "lab"))
 import study_summary  # noqa: E402
 
 

@@ -2,7 +2,7 @@
 # Every GPU check in one command, on a GPU machine with no network (docs/gpu.md; ../shared/GPU.md):
 #   1. install: into the machine's own Python environment where python3 is a venv (the device tool's machines:
 #      their torch lives in one, which a nested venv's --system-site-packages would not see), else into a venv
-#      over python3 (--system-site-packages); the wheels and sdists of wheelhouse/ (scripts/gpu_wheelhouse.sh, run
+#      over python3 (--system-site-packages); the wheels and sdists of wheelhouse/ (lab/gpu_wheelhouse.sh, run
 #      where there is network), fairseq-fixed compiled from its sdist against that torch (--no-build-isolation;
 #      CUDA_HOME unset, so not its CUDA kernels, which nothing here uses), this package (--no-deps); skipped when
 #      the environment has fairseq-train and fairseq-sparse-recipe
@@ -15,16 +15,17 @@
 # is packed into $OUT/report.tgz, with $OUT/summary.txt beside it.
 # Time limits per stage, in seconds (a stage past its limit is stopped and the next one runs; the report is packed
 # either way): LIMIT_INSTALL, LIMIT_TESTS, LIMIT_BENCH (default: none). A device call that fits 15 minutes:
-#   LIMIT_INSTALL=200 LIMIT_TESTS=300 LIMIT_BENCH=80 scripts/gpu_checks.sh
+#   LIMIT_INSTALL=200 LIMIT_TESTS=300 LIMIT_BENCH=80 lab/gpu_checks.sh
 #
-#   scripts/gpu_checks.sh [STAGE ...]     # stages: install tests bench (default: all three, in this order)
-#   QUICK=1 scripts/gpu_checks.sh bench   # the benchmarks with fewer repeats and lengths (a first look)
-#   BENCH="l0drop_b64 composed_b64" scripts/gpu_checks.sh bench   # only these runs (names as in bench/)
-#   TESTS=tests/unit/test_fixed_shape_search.py BENCH="fixed_b64 fixed_b1 fixed_fp32_b64" scripts/gpu_checks.sh
-#       # the fixed-shape search's device call (issue 43): its CUDA tests and benchmarks
-#   TRAINED_DATA=gpu_carry/W1/data-bin TRAINED_CKPT=gpu_carry/x128/s1_baseline_checkpoint_best.pt \
-#   TRAINED_ARGS="-s en -t de --remove-bpe --tokenizer moses" BENCH=fixed_trained scripts/gpu_checks.sh bench
-#       # fairseq-generate with and without the fixed-shape search on a trained checkpoint (fp32, fp16)
+#   lab/gpu_checks.sh [STAGE ...]     # stages: install tests bench (default: all three, in this order)
+#   QUICK=1 lab/gpu_checks.sh bench   # the benchmarks with fewer repeats and lengths (a first look)
+#   REPEATS=2 FIXED_LENGTHS=1000,2000 BENCH=fixed_b64 lab/gpu_checks.sh bench   # rounds; the fixed-shape rows' lengths
+#   BENCH="l0drop_b64 composed_b64" lab/gpu_checks.sh bench   # only these runs (names as in bench/)
+#   TESTS="tests/e2e/test_cuda.py::test_tools_run_on_cuda" lab/gpu_checks.sh tests   # paths or single tests
+#   TRAINED_DATA=DATA_BIN TRAINED_CKPT=CKPT TRAINED_ARGS="-s en -t de --remove-bpe --tokenizer moses" \
+#       BENCH=fixed_trained lab/gpu_checks.sh bench
+#       # fairseq-generate with and without the fixed-shape search on a trained checkpoint (fp32, fp16), run first
+# The fixed-shape search's device call is lab/calls/g_search_benchmark.sh.
 # The bench stage resumes: a run whose bench/NAME.json exists is skipped (a second call on a warm machine
 # goes on where the first one's time ran out). The fixed-shape benchmark writes bench/NAME.json.partial after each
 # measurement, so a run stopped by its stage's limit still brings back what it measured.
@@ -38,9 +39,12 @@ for name in ${BENCH:-}; do
     [[ "$name" =~ ^((l0drop|composed)_b(1|64)|fixed_b(1|64|256)|fixed_fp32_b64|fixed_trained|(heads|simplified)_len[0-9]+)$ ]] \
         || { echo "gpu_checks.sh: BENCH names no run '$name' (l0drop_bN, composed_bN with N 1 or 64; fixed_bN with N 1, 64 or 256; fixed_fp32_b64; fixed_trained (with TRAINED_CKPT, TRAINED_DATA); heads_lenL, simplified_lenL)"; exit 2; }
 done
-for path in ${TESTS:-}; do
-    [[ -e "$path" ]] || { echo "gpu_checks.sh: TESTS names no test path '$path'"; exit 2; }
+for path in ${TESTS:-}; do  # a path, or a test of one (path::name)
+    [[ -e "${path%%::*}" ]] || { echo "gpu_checks.sh: TESTS names no test path '$path'"; exit 2; }
 done
+[[ -z "${REPEATS:-}" || "$REPEATS" =~ ^[1-9][0-9]*$ ]] || { echo "gpu_checks.sh: REPEATS must be a whole number > 0, got '$REPEATS'"; exit 2; }
+[[ -z "${FIXED_LENGTHS:-}" || "$FIXED_LENGTHS" =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] \
+    || { echo "gpu_checks.sh: FIXED_LENGTHS must be a comma list of source lengths, got '$FIXED_LENGTHS'"; exit 2; }
 DEFAULT_REPORT=gpu_report
 [[ -n "${OUT:-}" ]] && DEFAULT_REPORT=/tmp/gpu_report
 REPORT=$(mkdir -p "${GPU_REPORT:-$DEFAULT_REPORT}" && cd "${GPU_REPORT:-$DEFAULT_REPORT}" && pwd)
@@ -71,7 +75,7 @@ venv_works() {
 
 install() {
     if venv_works; then note "install: $VENV works already; skipped"; return 0; fi
-    [[ -d "$WHEELHOUSE" ]] || { note "install: no $WHEELHOUSE/ (run scripts/gpu_wheelhouse.sh, carry it)"; return 1; }
+    [[ -d "$WHEELHOUSE" ]] || { note "install: no $WHEELHOUSE/ (run lab/gpu_wheelhouse.sh, carry it)"; return 1; }
     [[ -x "$PY" ]] || make_venv || return 1
     local pip=("$PY" -m pip install --no-index --find-links "$WHEELHOUSE")
     "${pip[@]}" setuptools wheel || return 1
@@ -139,19 +143,22 @@ bench() {
     mkdir -p "$REPORT/bench"
     local lengths=25,400,1000 repeats=3
     [[ -n "${QUICK:-}" ]] && lengths=25,400 repeats=1
+    repeats=${REPEATS:-$repeats}
+    # first the fixed-shape search through fairseq-generate on a trained checkpoint, fp32 and fp16: time, identical
+    # hypotheses, BLEU (issue 53: the rows that say whether it is safe to use come first)
+    if [[ -n "${TRAINED_CKPT:-}" ]]; then
+        bench_one fixed_trained fixed_shape_checkpoint.py "$TRAINED_DATA" --path "$TRAINED_CKPT" \
+            --generate-args "${TRAINED_ARGS:-}" --rounds "$repeats"
+    fi
     # the fixed-shape search (CUDA graphs) against fairseq's SequenceGenerator, stock and L0Drop (issue 43)
     local fixed_lengths=$lengths  # and 2,000 source tokens (issue 43's lengths), but in a quick look
     [[ -n "${QUICK:-}" ]] || fixed_lengths=$lengths,2000
+    fixed_lengths=${FIXED_LENGTHS:-$fixed_lengths}
     for batch in 64 1 256; do
         bench_one "fixed_b$batch" fixed_shape_search.py --batch-sizes $batch --lengths $fixed_lengths --beam 4 \
             --repeats $repeats
     done
     bench_one fixed_fp32_b64 fixed_shape_search.py --batch-sizes 64 --lengths $lengths --beam 4 --repeats $repeats
-    # the same through fairseq-generate on a trained checkpoint, fp32 and fp16: time, identical hypotheses, BLEU
-    if [[ -n "${TRAINED_CKPT:-}" ]]; then
-        bench_one fixed_trained fixed_shape_checkpoint.py "$TRAINED_DATA" --path "$TRAINED_CKPT" \
-            --generate-args "${TRAINED_ARGS:-}" --rounds "$repeats"
-    fi
     # batch 64 first: where the bytes model says pruning the memory pays (and issue 25's goal is measured)
     for batch in 64 1; do
         bench_one "l0drop_b$batch" l0drop_decoding.py --lengths $lengths --batch-size $batch --beam 4 --repeats $repeats

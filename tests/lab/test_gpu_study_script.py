@@ -1,11 +1,11 @@
-"""scripts/gpu_study.sh's own logic, with a stand-in recipe that records its command lines (the real study runs in
+"""lab/gpu_study.sh's own logic, with a stand-in recipe that records its command lines (the real study runs in
 tests/e2e/test_gpu_study.py): each seed's process gets its own seed, work dir and {seed} in RECIPE_ARGS."""
 import os
 import subprocess
 
 from conftest import REPO
 
-SCRIPT = os.path.join(REPO, "scripts", "gpu_study.sh")
+SCRIPT = os.path.join(REPO, "lab", "gpu_study.sh")
 
 
 def stand_in_venv(tmp_path):

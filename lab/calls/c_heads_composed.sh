@@ -14,12 +14,25 @@
 # composed model against stock (benchmarks/composed.py) and the analyses.
 #
 # Before, on the CPU: gpu_carry/W1, the prepared DDTP en-de data-bin (reports/2026-11-27-l0drop-gpu-ddtp-x256/run.sh
-# says how). Device call (about 37 MB carried):
-#   run(carry ["wheelhouse", "gpu_carry/W1"], timeout_s 600): scripts/gpu_studies/c_heads_composed.sh
-# Cut off: at once, on the warm machine, SECONDS_LEFT=<what is left - 20> scripts/gpu_studies/c_heads_composed.sh
-# (nothing carried; the work dirs resume). Planned: install 50 s, phase 1 about 230 s (1.22 x MINUTES), phase 2
-# about 150 s of training (four runs at ~6 updates/s) and 90 s of decoding, the report 20 s: about 540 s.
-# Afterwards: python3 scripts/checkpoint_parts.py join ... for the brought-back parts; summarise into a report.
+# says how; only its data-bin is carried). Afterwards: python3 lab/checkpoint_parts.py join ... for the brought-back
+# parts; summarise into a report. The call, what it carries, returns and plans: the #@ lines (lab/preflight.py).
+#@ run wheelhouse gpu_carry/W1/data-bin -- lab/calls/c_heads_composed.sh
+#@ carry wheelhouse 32
+#@ carry gpu_carry/W1/data-bin 4.3
+#@ input gpu_carry/W1/data-bin/dict.en.txt
+#@ returns study.tgz 3
+#@ returns study.log 0.1
+#@ returns s1_control_checkpoint_last.part1of2.pt 15.5
+#@ returns s1_control_checkpoint_last.part2of2.pt 7.2
+#@ returns s1_composed_pruned.part1of2.pt 15.5
+#@ returns s1_composed_pruned.part2of2.pt 4.1
+#@ plan install 50 48 s on an H200 from the wheelhouse's fairseq wheel (2026-11-27)
+#@ plan phase1 230 a baseline bounded by --baseline-minutes M takes about 1.22 M of wall time (2026-11-27)
+#@ plan phase2 150 four fine-tunings side by side, 800 updates at about 6 updates/s (2026-11-27)
+#@ plan decode 90 under six runs side by side a 1,001-sentence decoding took over 70 s (2026-11-27)
+#@ plan report 20 the report step per seed (the CPU rehearsal: 11 s, 2026-11-28)
+#@ resume SECONDS_LEFT=<what is left - 20> lab/calls/c_heads_composed.sh
+#@ fallback SEARCH=fairseq SECONDS_LEFT=<what is left - 20> lab/calls/c_heads_composed.sh
 source "$(dirname "$0")/common.sh"
 export BRING_BACK=${BRING_BACK-"control/checkpoint_last.pt composed/pruned.pt"}
 export RECIPE_ARGS="--data-bin $CARRY/W1/data-bin -s en -t de $AMP --search $SEARCH

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call, one complete study (docs/gpu.md, ../shared/GPU.md): install offline where the recipe is missing
-# (scripts/gpu_checks.sh install: the wheels carried in wheelhouse/), then fairseq-sparse-recipe with one work dir
+# (lab/gpu_checks.sh install: the wheels carried in wheelhouse/), then fairseq-sparse-recipe with one work dir
 # per seed and the steps of each phase side by side, then the report step per seed, everything packed into $OUT
 # after every phase. Every argument after the seeds is a phase, a comma list of steps; in a phase every (seed,
 # step) pair is its own recipe process (the recipe lets steps after the baseline run as parallel processes over one
@@ -8,7 +8,7 @@
 # finished steps and a fine-tuning goes on from its checkpoint_last.
 #
 #   RECIPE_ARGS="--corpus DIR -s en -t de --amp --baseline-minutes 3 ..." \
-#       scripts/gpu_study.sh WORK_PREFIX "1 2" baseline control,l0drop
+#       lab/gpu_study.sh WORK_PREFIX "1 2" baseline control,l0drop
 #
 # WORK_PREFIX<seed> is each seed's work dir; {seed} in RECIPE_ARGS is replaced by each seed. A run may also be
 # SEED@TAG (TAG: letters, digits, '.', '_', '-'), for several work dirs of one seed, e.g. one per data-bin: its work dir
@@ -24,12 +24,13 @@
 # recipe's checks of the options, steps and inputs only, nothing run. VENV: the environment
 # whose fairseq-sparse-recipe runs (default: python3's). Each process's output:
 # WORK/study.STEP.out. Where $OUT is set (the device tool's), the work dirs without their checkpoints (nor
-# data-bin and tok) are packed into $OUT/study.tgz after every phase and after the report, and BRING_BACK
+# data-bin and tok), and the install's report (WORK_PREFIXinstall_report), are packed into $OUT/study.tgz after
+# every phase and after the report (nothing else of the install lands in $OUT), and BRING_BACK
 # (checkpoints relative to a work dir, each seed's, or SEED:PATH for one seed's: e.g. "baseline/checkpoint_best.pt
 # 1:l0drop/checkpoint_last.pt") is copied
 # there at the end as model-only fp16 checkpoints, $OUT/s<seed>_<dir>_<file> (the device tool brings back at most
 # 8 files of 16 MiB: one over BRING_BACK_MIB, default 15.5, comes as parts s<seed>_<dir>_<name>.partKofN.pt, which
-# `scripts/checkpoint_parts.py join` puts together; 3+3 x 256 with an 8k vocabulary is 23.6 MB in fp16, two parts),
+# `lab/checkpoint_parts.py join` puts together; 3+3 x 256 with an 8k vocabulary is 23.6 MB in fp16, two parts),
 # for the CPU's benchmarks and analyses, or to carry back to a later GPU run; a checkpoint that would make $OUT hold
 # more than BRING_BACK_FILES files (default 8, what comes back) is left out, with a line saying so.
 set -uo pipefail
@@ -54,7 +55,10 @@ RECIPE=$(dirname "$(command -v python3)")/fairseq-sparse-recipe
 [[ -x "${VENV:-}/bin/fairseq-sparse-recipe" ]] && RECIPE=$VENV/bin/fairseq-sparse-recipe
 if [[ ! -x "$RECIPE" && "${DEVICE:-cuda}" != cpu ]]; then
     echo "install ($(date +%T))"
-    scripts/gpu_checks.sh install || { echo "gpu_study.sh: the install failed"; exit 1; }
+    # its report goes into the study's pack, not into $OUT: the files that come back are the study's
+    OUT= GPU_REPORT="${PREFIX}install_report" lab/gpu_checks.sh install \
+        || { echo "gpu_study.sh: the install failed"; [[ -n "${OUT:-}" ]] && tar -czf "$OUT/install_report.tgz" \
+             "${PREFIX}install_report"; exit 1; }
     RECIPE=$(dirname "$(command -v python3)")/fairseq-sparse-recipe
 fi
 first=${SEEDS%% *}
@@ -101,6 +105,7 @@ recipe() {  # SEED STEPS
 pack() {
     [[ -n "${OUT:-}" ]] || return 0
     local dirs=(); for seed in $SEEDS; do dirs+=("$(dir_of "$seed")"); done
+    [[ -d "${PREFIX}install_report" ]] && dirs+=("${PREFIX}install_report")
     tar -czf "$OUT/study.tgz" --exclude='*.pt' --exclude=data-bin --exclude=tok "${dirs[@]}"
 }
 
@@ -114,7 +119,7 @@ bring_back() {  # model-only fp16 copies, in parts where one is over 16 MiB, as 
             if [[ "$entry" == *:* ]]; then [[ "${entry%%:*}" == "$seed" ]] || continue; ckpt=${entry#*:}; fi
             W=$(dir_of "$seed")
             [[ -f "$W/$ckpt" ]] || { echo "  bring back $W/$ckpt: none"; continue; }
-            "$(dirname "$RECIPE")/python" scripts/checkpoint_parts.py split "$W/$ckpt" \
+            "$(dirname "$RECIPE")/python" lab/checkpoint_parts.py split "$W/$ckpt" \
                 "$tmp/s${seed//@/_}_${ckpt//\//_}" --max-mib "${BRING_BACK_MIB:-15.5}" > /dev/null \
                 || { echo "  bring back $W/$ckpt: failed"; rm -f "$tmp"/*; continue; }
             files=$(( $(find "$OUT" -maxdepth 1 -type f | wc -l) + $(find "$tmp" -type f | wc -l) ))

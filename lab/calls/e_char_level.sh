@@ -10,11 +10,23 @@
 #
 # Before, on the CPU (no tok/ carried: only the pattern_pos step reads it):
 #   fairseq-sparse-recipe --corpus gpu_carry/en-de -s en -t de --char-level --work-dir gpu_carry/CH1 --steps prepare --device cpu
-# Device call:
-#   run(carry ["wheelhouse", "gpu_carry/en-de", "gpu_carry/CH1/data-bin"], timeout_s 600): scripts/gpu_studies/e_char_level.sh
-# Cut off: at once, on the warm machine, SECONDS_LEFT=<what is left - 20> scripts/gpu_studies/e_char_level.sh
-# Planned: install 50 s, phase 1 about 260 s, phase 2 about 120 s of training (four runs) and 100 s of decoding
-# (character-level outputs are five times as many steps): about 550 s.
+# The call, what it carries, returns and plans: the #@ lines (lab/preflight.py).
+#@ run wheelhouse gpu_carry/en-de gpu_carry/CH1/data-bin -- lab/calls/e_char_level.sh
+#@ carry wheelhouse 32
+#@ carry gpu_carry/en-de EN_DE
+#@ carry gpu_carry/CH1/data-bin CH
+#@ input gpu_carry/en-de/train.en
+#@ input gpu_carry/CH1/data-bin/dict.en.txt
+#@ returns study.tgz 3
+#@ returns study.log 0.1
+#@ returns s1_l0drop_checkpoint_last.pt 10.8
+#@ returns s1_control_checkpoint_last.pt 10.8
+#@ plan install 50 48 s on an H200 from the wheelhouse's fairseq wheel (2026-11-27)
+#@ plan phase1 260 a baseline bounded by --baseline-minutes M takes about 1.22 M of wall time (2026-11-27)
+#@ plan phase2 120 four fine-tunings side by side, 800 updates at about 6-7 updates/s (2026-11-27)
+#@ plan decode 100 character-level outputs are about five times as many steps as BPE ones
+#@ resume SECONDS_LEFT=<what is left - 20> lab/calls/e_char_level.sh
+#@ fallback SEARCH=fairseq SECONDS_LEFT=<what is left - 20> lab/calls/e_char_level.sh
 source "$(dirname "$0")/common.sh"
 export BRING_BACK=${BRING_BACK-"1:l0drop/checkpoint_last.pt 1:control/checkpoint_last.pt"}
 export RECIPE_ARGS="--corpus $CARRY/en-de -s en -t de --char-level $AMP --search $SEARCH

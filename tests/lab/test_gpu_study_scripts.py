@@ -1,4 +1,4 @@
-"""The prepared study calls of scripts/gpu_studies/ (issue 42's studies c-e), each checked on tiny data the way it
+"""The prepared study calls of lab/calls/ (issue 42's studies c-e), each checked on tiny data the way it
 will run on a GPU: the recipe's checks of its options, steps and carried inputs (CHECK_ONLY=1), so that a mistake in
 one shows here and not in a device call; nothing is written by the checks."""
 import json
@@ -13,7 +13,7 @@ import pytest
 from conftest import REPO, console, run
 from helpers.recipe import bart_corpus
 
-STUDIES = os.path.join(REPO, "scripts", "gpu_studies")
+STUDIES = os.path.join(REPO, "lab", "calls")
 RECIPE = console("fairseq-sparse-recipe")
 SMALL = ["--bpe-merges", "60", "--device", "cpu", "--steps", "prepare", "--quiet"]
 

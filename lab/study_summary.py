@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""One study's summary over its seeds, from what a device call brought back: the study.tgz of scripts/gpu_study.sh
+"""One study's summary over its seeds, from what a device call brought back: the study.tgz of lab/gpu_study.sh
 (or a folder) holding one recipe work dir per seed, each with the report step's results.json. Per seed, every model
 against its equal-updates control (score, gap, the paired bootstrap's p, sparsity, updates/s), the baseline's
 "converged" evidence (the control's gain over the fine-tuning budget, the last validations) and, for summarisation,
 the lead baseline and the distinct outputs; then each model's mean gap over the seeds. Writes JSON and prints a
 Markdown table for the study's report.
 
-    python3 scripts/study_summary.py study.tgz --json reports/DATE-NAME/results.json
+    python3 lab/study_summary.py study.tgz --json reports/DATE-NAME/results.json
 """
 import argparse
 import glob

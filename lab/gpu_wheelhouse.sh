@@ -3,7 +3,7 @@
 # ../shared/GPU.md: Python 3.12 with torch, numpy, sacrebleu, pytest, matplotlib, regex, cython and
 # scikit-learn preinstalled) into wheelhouse/ (ignored by git; carried to the device with carry: ["wheelhouse"]):
 # wheels for CPython 3.12 manylinux x86_64, and the sdists of what has no such wheel (fairseq-fixed among them,
-# compiled there against its torch by scripts/gpu_checks.sh). Prints the folder's size (it must stay under 64 MiB
+# compiled there against its torch by lab/gpu_checks.sh). Prints the folder's size (it must stay under 64 MiB
 # with everything else carried).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,0 +1,100 @@
+"""lab/preflight.py (issue 53): every prepared device call fits what the device tool allows (what travels, what comes
+back, its time with a margin or a resume command, a fallback), and a call whose inputs are missing stops before the
+install; the queue in lab/README.md runs exactly these calls, each with its script's own run line."""
+import glob
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+sys.path.insert(0, os.path.join(REPO, "lab"))
+import preflight  # noqa: E402
+
+CALLS = sorted(c for c in glob.glob(os.path.join(REPO, "lab", "calls", "*.sh")) if not c.endswith("common.sh"))
+
+
+@pytest.mark.parametrize("call", CALLS, ids=os.path.basename)
+def test_every_prepared_call_passes_its_preflight(call):
+    problems, lines = preflight.check(call)
+    assert problems == [], "\n".join(problems + lines)
+
+
+GOOD = """#@ run wheelhouse gpu_carry/X/data-bin -- lab/calls/x.sh
+#@ carry wheelhouse 30
+#@ carry gpu_carry/X/data-bin 5
+#@ input gpu_carry/X/data-bin/dict.en.txt
+#@ returns study.tgz 3
+#@ plan install 80 measured
+#@ plan train 300 measured
+#@ fallback SEARCH=fairseq lab/calls/x.sh
+"""
+
+
+@pytest.mark.parametrize("change, problem", [
+    ("", None),
+    ("#@ carry gpu_carry/Y 40\n", "the run carries"),
+    (None, "would travel, over the 64 MiB"),
+    ("".join(f"#@ returns f{i} 1\n" for i in range(8)), "9 files would come back, over 8"),
+    ("#@ returns model.pt 17\n", "model.pt (17.0 MiB) is over the 16 MiB"),
+    ("#@ input gpu_carry/Z/dict.txt\n", "input gpu_carry/Z/dict.txt is under no carried path"),
+    ("#@ plan decode 150 measured\n", "margin and no '#@ resume' command"),
+])
+def test_each_limit_is_checked(tmp_path, change, problem):
+    text = GOOD.replace("#@ carry wheelhouse 30", "#@ carry wheelhouse 70") if change is None else GOOD + change
+    call = tmp_path / "x.sh"
+    call.write_text(text)
+    problems, _ = preflight.check(str(call), tree=3.0)
+    if problem is None:
+        assert problems == []
+    else:
+        assert any(problem in p for p in problems), problems
+
+
+def test_no_fallback_and_no_plan_are_problems(tmp_path):
+    call = tmp_path / "x.sh"
+    call.write_text("\n".join(line for line in GOOD.splitlines() if not line.startswith(("#@ plan", "#@ fallback"))))
+    problems, _ = preflight.check(str(call), tree=3.0)
+    assert any("no '#@ plan' lines" in p for p in problems) and any("no '#@ fallback'" in p for p in problems)
+
+
+def test_missing_inputs_stop_a_call_before_its_install(tmp_path):
+    """On the device: the call's first act; CARRY renames gpu_carry/, $CORPUS comes from the run line or the
+    environment."""
+    call = tmp_path / "x.sh"
+    call.write_text(GOOD.replace("gpu_carry/X", "gpu_carry/sum_$CORPUS").replace("-- lab", "-- CORPUS=a lab"))
+    (tmp_path / "carry" / "sum_a" / "data-bin").mkdir(parents=True)
+    env = {**os.environ, "CARRY": str(tmp_path / "carry")}
+    done = subprocess.run([sys.executable, os.path.join(REPO, "lab", "preflight.py"), "--inputs", str(call)],
+                          capture_output=True, text=True, env=env)
+    assert done.returncode == 1 and f"reads {tmp_path}/carry/sum_a/data-bin/dict.en.txt, which is missing" in done.stderr
+    (tmp_path / "carry" / "sum_a" / "data-bin" / "dict.en.txt").write_text("a 1\n")
+    assert subprocess.run([sys.executable, os.path.join(REPO, "lab", "preflight.py"), "--inputs", str(call)],
+                          env=env).returncode == 0
+    done = subprocess.run([sys.executable, os.path.join(REPO, "lab", "preflight.py"), "--inputs", str(call)],
+                          capture_output=True, text=True, env={**env, "CORPUS": "b"})
+    assert done.returncode == 1 and "sum_b" in done.stderr
+
+
+def test_the_queue_runs_every_prepared_call_with_its_own_run_line():
+    """lab/README.md's queue: each call once, in order, with the exact run line its script declares."""
+    with open(os.path.join(REPO, "lab", "README.md")) as f:
+        readme = f.read()
+    queue = readme.split("## The queue", 1)[1].split("\n## ", 1)[0]
+    entries = re.findall(r"`run\(carry \[([^\]]*)\], timeout_s 600\): ([^`]+)`", queue)
+    assert entries, "no run(...) entries in the queue"
+    scripts = []
+    for carried, command in entries:
+        script = next(w for w in command.split() if w.startswith("lab/calls/"))
+        scripts.append(script)
+        d = preflight.declarations(os.path.join(REPO, script))
+        carry, _, cmd = d["run"][0].partition(" -- ")
+        settings = dict(w.split("=", 1) for w in command.split() if re.match(r"^[A-Z_]+=", w))
+        carry = preflight.expand(carry, preflight.call_env(d, settings)).split()
+        bare = [w for w in command.split() if not re.match(r"^[A-Z_]+=", w)]
+        assert [c.strip().strip('"') for c in carried.split(",")] == carry, (script, carried, carry)
+        assert bare == [w for w in cmd.split() if not re.match(r"^[A-Z_]+=", w)], (script, command, cmd)
+    assert sorted(set(scripts)) == sorted(os.path.relpath(c, REPO) for c in CALLS)
