@@ -16,6 +16,8 @@ from typing import Mapping, Optional
 import numpy as np
 import torch
 
+from .patches import enabled
+
 try:  # numpy >= 2
     from numpy._core.multiarray import _reconstruct
 except ImportError:  # numpy 1.x
@@ -52,8 +54,9 @@ def _broadcast_globals():
             collections.defaultdict, _TensorPlaceholder]
 
 
-torch.serialization.add_safe_globals(FAIRSEQ_CHECKPOINT_CLASSES + NUMPY_ARRAY_GLOBALS + NUMPY_ALIASES
-                                     + _broadcast_globals())
+SAFE_GLOBALS = FAIRSEQ_CHECKPOINT_CLASSES + NUMPY_ARRAY_GLOBALS + NUMPY_ALIASES + _broadcast_globals()
+if enabled("safe_globals"):
+    torch.serialization.add_safe_globals(SAFE_GLOBALS)
 
 
 class UnreadableCheckpoint(ValueError):
@@ -73,7 +76,8 @@ def read_state(path: str) -> dict:
     """A checkpoint's contents, tensors memory-mapped (cheap; torch's safe loader). A file torch cannot read raises
     UnreadableCheckpoint naming it (not torch's own error, which names no file)."""
     try:
-        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        with torch.serialization.safe_globals(SAFE_GLOBALS):
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except FileNotFoundError:
         raise
     except Exception as e:

@@ -4,10 +4,12 @@ fairseq's ``data_utils.batch_by_size`` (the fairseq-fixed 0.12 release, as fairs
 the last batch when its size is not a multiple of ``--required-batch-size-multiple`` (default 8;
 facebookresearch/fairseq issue 5036): fairseq-generate on 30 sentences decodes 24, and validation skips
 sentences too, without a word. Importing the plugin wraps the function so that the sentences of the
-dropped batch come back as one last batch; every other batch is fairseq's own.
+dropped batch come back as one last batch; every other batch is fairseq's own (FAIRSEQ_SPARSE_PATCHES: patches.py).
 """
 import numpy as np
 from fairseq.data import data_utils
+
+from .patches import enabled
 
 _fairseq_batch_by_size = data_utils.batch_by_size
 
@@ -25,4 +27,5 @@ def batch_by_size(indices, num_tokens_fn, num_tokens_vec=None, max_tokens=None, 
     return batches
 
 
-data_utils.batch_by_size = batch_by_size
+if enabled("last_batch"):
+    data_utils.batch_by_size = batch_by_size

@@ -14,6 +14,8 @@ import torch
 from fairseq.ngram_repeat_block import NGramRepeatBlock
 from torch import Tensor
 
+from .patches import enabled
+
 
 def block_repeated_ngrams(tokens: Tensor, lprobs: Tensor, step: Tensor, n: int) -> Tensor:
     """Set to -inf, in place, each row's log-probability of every token that would repeat an n-gram of the row.
@@ -43,4 +45,5 @@ def _no_repeat_ngram(self, tokens, lprobs, bsz: int, beam_size: int, step: int):
 
 #: fairseq's own Python path, kept for the tests (given the hypotheses up to the step it applies the kernel's rule)
 FAIRSEQ_NO_REPEAT_NGRAM = NGramRepeatBlock._no_repeat_ngram
-NGramRepeatBlock._no_repeat_ngram = _no_repeat_ngram
+if enabled("ngram_block"):
+    NGramRepeatBlock._no_repeat_ngram = _no_repeat_ngram

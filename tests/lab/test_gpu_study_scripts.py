@@ -57,12 +57,18 @@ def test_each_prepared_call_passes_the_recipes_checks_and_writes_nothing(carry, 
     assert sorted(os.listdir(carry)) == before  # no work dir made by a check
 
 
-def test_a_call_whose_options_the_recipe_refuses_fails_its_check(carry):
+def test_a_call_whose_options_the_recipe_refuses_fails_its_check(carry, tmp_path):
     # the GPU's --amp on the CPU: the recipe's refusal, before any work
     done = check("c_heads_composed.sh", carry, AMP="--amp")
     assert done.returncode == 2 and "--amp is mixed precision on CUDA" in done.stderr
     bad = check("d_summarisation.sh", carry, CORPUS="wikisum")
     assert bad.returncode == 2 and "CORPUS is synopsis or mixed" in bad.stdout
+    # a carried input missing: the call stops at its first act, before any install (lab/preflight.py --inputs)
+    missing = tmp_path / "carry"
+    shutil.copytree(carry, missing, symlinks=True)
+    (missing / "test.segment_types").unlink()
+    done = check("f_decisive.sh", missing)
+    assert done.returncode == 2 and "test.segment_types, which is missing: carry it" in done.stderr, done.stderr
 
 
 def test_the_decisive_call_runs_end_to_end_in_its_plumbing_mode(carry, tmp_path):
