@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every GPU check in one command, on a GPU machine with no network (docs/gpu.md; ../shared/GPU.md):
+# Every GPU check in one command, on a GPU machine with no network (lab/README.md; the device tool's notes):
 #   1. install: into the machine's own Python environment where python3 is a venv (the device tool's machines:
 #      their torch lives in one, which a nested venv's --system-site-packages would not see), else into a venv
 #      over python3 (--system-site-packages); the wheels and sdists of wheelhouse/ (lab/gpu_wheelhouse.sh, run

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call, one complete study (docs/gpu.md, ../shared/GPU.md): install offline where the recipe is missing
+# One device call, one complete study (lab/README.md, the device tool's notes): install offline where the recipe is missing
 # (lab/gpu_checks.sh install: the wheels carried in wheelhouse/), then fairseq-sparse-recipe with one work dir
 # per seed and the steps of each phase side by side, then the report step per seed, everything packed into $OUT
 # after every phase. Every argument after the seeds is a phase, a comma list of steps; in a phase every (seed,

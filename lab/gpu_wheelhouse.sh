@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Download, here (with network), what a GPU machine with no network lacks to run this project (docs/gpu.md,
-# ../shared/GPU.md: Python 3.12 with torch, numpy, sacrebleu, pytest, matplotlib, regex, cython and
+# the device tool's notes: Python 3.12 with torch, numpy, sacrebleu, pytest, matplotlib, regex, cython and
 # scikit-learn preinstalled) into wheelhouse/ (ignored by git; carried to the device with carry: ["wheelhouse"]):
 # wheels for CPython 3.12 manylinux x86_64, and the sdists of what has no such wheel (fairseq-fixed among them,
 # compiled there against its torch by lab/gpu_checks.sh). Prints the folder's size (it must stay under 64 MiB

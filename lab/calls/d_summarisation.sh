@@ -12,7 +12,7 @@
 # attention analysis of l0drop), the report; seed 1's two L0Drop checkpoints brought back (fp16, in parts) for the CPU
 # benchmark of long-input decoding against the same model unpruned.
 #
-# Before, on the CPU (the corpora from ../shared/data/ddtp_synopsis.py and ddtp_multidoc.py; mixed: train = both
+# Before, on the CPU (the DDTP synopsis and multi-document corpora, docs/recipe.md#real-text-the-ddtp-corpora; mixed: train = both
 # training sets concatenated, valid and test = multidoc's):
 #   fairseq-sparse-recipe --corpus ddtp_synopsis --tokenizer-lang en --truncate-source 1000 --metric rouge \
 #       --work-dir gpu_carry/sum_synopsis --steps prepare --device cpu        # and ddtp_mixed -> gpu_carry/sum_mixed

@@ -6,7 +6,7 @@
 # test sentence decoded (beam 5, fp32), BLEU and paired bootstrap per seed, all packed into $OUT.
 #
 # Carried: wheelhouse/ (lab/gpu_wheelhouse.sh, without fairseq-fixed's sdist: its cp312 wheel installs) and
-# gpu_carry/: en-de/ (the corpus, ../shared/data/ddtp_parallel.py's {train,valid,test}.{en,de}) and W1/ (that
+# gpu_carry/: en-de/ (the DDTP en-de corpus, docs/recipe.md#real-text-the-ddtp-corpora: {train,valid,test}.{en,de}) and W1/ (that
 # corpus after the recipe's prepare step on the CPU: data-bin, truncation.json):
 #   fairseq-sparse-recipe --corpus gpu_carry/en-de -s en -t de --work-dir gpu_carry/W1 --steps prepare --device cpu
 # Device call: run(carry ["wheelhouse", "gpu_carry"], timeout_s 600): reports/2026-11-27-l0drop-gpu-ddtp-x256/run.sh

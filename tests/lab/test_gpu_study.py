@@ -42,7 +42,7 @@ def test_one_call_one_study_in_plumbing_mode(raw_corpus, tmp_path):
         stopped = results["stopped"]["baseline"]
         assert stopped["updates"] < 400 and "--baseline-minutes" in stopped["reason"], stopped
         # fairseq's --stop-time-hours is never handed to a fine-tuning: it would count the baseline's stored time
-        # and stop after one update (../shared/GPU.md's trap); every fine-tuning made its 20 updates
+        # and stop after one update (the device tool notes' trap); every fine-tuning made its 20 updates
         for name in ("control", "l0drop"):
             assert results["timing"][name]["updates"] == 20, results["timing"]
             assert results["timing"][name]["updates_per_second"] > 0
