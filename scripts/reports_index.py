@@ -35,7 +35,8 @@ def studies():
 
 
 def first_sentence(text):
-    return re.split(r"(?<=[.;])\s", text, maxsplit=1)[0]
+    """Up to the first full stop that ends a sentence (not a decimal point); never ending on a dangling ';'."""
+    return re.split(r"(?<=\.)\s", text, maxsplit=1)[0].rstrip(";:, ")
 
 
 def index():
