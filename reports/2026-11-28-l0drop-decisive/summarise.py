@@ -1,7 +1,8 @@
 """The decisive study's summary from its work dirs (OUT/f<fraction>_s<seed>/results.json, written by the recipe's
 report step): every from-scratch model against the stock baseline at each budget point, per seed, the relative gap
-G = (model - stock) / stock and its mean over seeds, the gap analysis of each pair; results.json and a plot of G
-against the budget, next to this script.
+G = (model - stock) / stock and its mean over seeds, the gap analysis of each pair; the protocol arm's fine-tunings
+(OUT/ft_<protocol>_s<seed>/results.json: the freq rule against its control under each protocol); results.json and a
+plot of G against the budget, next to this script.
 
     python summarise.py OUT [DEST]     # DEST: where results.json and the plot go (default: next to this script)
 """
@@ -47,6 +48,29 @@ def gap_summary(g):
             "copy_recall": g["copy_recall"], "nll": g["nll"]}
 
 
+def protocol_rows(out):
+    """The protocol arm: per fine-tuning work dir, the freq rule against its equal-updates control."""
+    rows = []
+    for name in sorted(os.listdir(out)):
+        m = re.fullmatch(r"ft_(\w+)_s(\d+)", name)
+        path = os.path.join(out, name, "results.json")
+        if not m or not os.path.exists(path):
+            continue
+        with open(path) as f:
+            r = json.load(f)
+        models, sig = r.get("models", {}), r.get("significance", {})
+        if "control" not in models or "pattern_freq" not in models:
+            continue
+        control, freq = models["control"]["score"], models["pattern_freq"]["score"]
+        rows.append({"protocol": m.group(1), "seed": int(m.group(2)), "start": models["baseline"]["score"],
+                     "updates": r["settings"]["finetune_updates"], "lr": r["settings"]["finetune_lr"],
+                     "control": control, "score": freq, "gap": round(freq - control, 2),
+                     "relative_gap": round((freq - control) / control, 4),
+                     "p_value": sig.get("pattern_freq", {}).get("p_value"),
+                     "sparsity": models["pattern_freq"].get("l0drop_sparsity")})
+    return rows
+
+
 def summarise(out):
     rows, analyses = [], {}
     for fraction, seed, r, points in pairs(out):
@@ -86,7 +110,10 @@ def summarise(out):
             rel = m["relative_gap"]
             headline.update({f"relative_gap_pct_{u}": None if rel is None else round(100 * rel, 1), f"gap_{u}": m["gap"],
                              f"stock_bleu_{u}": m["stock"], f"seeds_{u}": len(m["seeds"])})
-    return {"rows": rows, "means": means, "headline": headline, "gap_analysis": analyses}
+    protocol = protocol_rows(out)
+    for x in protocol:
+        headline[f"protocol_{x['protocol']}_relative_gap_pct"] = round(100 * x["relative_gap"], 1)
+    return {"rows": rows, "means": means, "headline": headline, "gap_analysis": analyses, "protocol": protocol}
 
 
 def main():
@@ -107,6 +134,10 @@ def main():
     for x in summary["rows"]:
         print(f"| {x['fraction']:g} | {x['model']} | {x['updates']} | {x['seed']} | {x['stock']:.2f} | {x['score']:.2f} "
               f"| {x['gap']:+.2f} | {pct(x['relative_gap'])} | {x['p_value']} | {x['sparsity']:.1%} |")
+    for x in summary["protocol"]:
+        print(f"fine-tuned, {x['protocol']} protocol, seed {x['seed']}, {x['updates']} updates from {x['start']:.2f}: "
+              f"control {x['control']:.2f}, freq {x['score']:.2f} ({x['gap']:+.2f}, {pct(x['relative_gap']):.1f}%, "
+              f"p {x['p_value']})")
     for key, m in summary["means"].items():
         print(f"mean {key} over seeds {m['seeds']}: {m['stock']} -> {m['score']} ({m['gap']:+}, {pct(m['relative_gap'])}%)")
 
