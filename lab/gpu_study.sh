@@ -24,8 +24,8 @@
 # recipe's checks of the options, steps and inputs only, nothing run. VENV: the environment
 # whose fairseq-sparse-recipe runs (default: python3's). Each process's output:
 # WORK/study.STEP.out. Where $OUT is set (the device tool's), the work dirs without their checkpoints (nor
-# data-bin and tok), and the install's report (WORK_PREFIXinstall_report), are packed into $OUT/study.tgz after
-# every phase and after the report (nothing else of the install lands in $OUT), and BRING_BACK
+# data-bin and tok), and the install's report (WORK_PREFIXinstall_report), are packed into $OUT/study.tgz as each
+# run ends, after every phase and after the report (nothing else of the install lands in $OUT), and BRING_BACK
 # (checkpoints relative to a work dir, each seed's, or SEED:PATH for one seed's: e.g. "baseline/checkpoint_best.pt
 # 1:l0drop/checkpoint_last.pt") is copied
 # there at the end as model-only fp16 checkpoints, $OUT/s<seed>_<dir>_<file> (the device tool brings back at most
@@ -100,13 +100,19 @@ recipe() {  # SEED STEPS
     local status=$?
     echo "  seed $1, $2: exit $status ($(date +%T))"
     (( status == 0 )) || echo "$1 $2 exit $status" >> "$FAILED"
+    pack  # as each run ends: a call cut off still brings back every run that finished
 }
 
-pack() {
+pack() {  # the runs side by side pack one at a time (a lock outside $OUT), each pack replacing the last whole
     [[ -n "${OUT:-}" ]] || return 0
-    local dirs=(); for seed in $SEEDS; do dirs+=("$(dir_of "$seed")"); done
+    local dirs=(); for seed in $SEEDS; do [[ -d "$(dir_of "$seed")" ]] && dirs+=("$(dir_of "$seed")"); done
     [[ -d "${PREFIX}install_report" ]] && dirs+=("${PREFIX}install_report")
-    tar -czf "$OUT/study.tgz" --exclude='*.pt' --exclude=data-bin --exclude=tok "${dirs[@]}"
+    (( ${#dirs[@]} )) || return 0
+    (
+        flock 9
+        tar -czf "${TMPDIR:-/tmp}/gpu_study.$$.tgz" --exclude='*.pt' --exclude=data-bin --exclude=tok "${dirs[@]}" \
+            && mv "${TMPDIR:-/tmp}/gpu_study.$$.tgz" "$OUT/study.tgz"
+    ) 9> "${TMPDIR:-/tmp}/gpu_study.$$.pack.lock"
 }
 
 bring_back() {  # model-only fp16 copies, in parts where one is over 16 MiB, as long as the 8 files that come back hold them

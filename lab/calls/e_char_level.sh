@@ -13,8 +13,8 @@
 # The call, what it carries, returns and plans: the #@ lines (lab/preflight.py).
 #@ run wheelhouse gpu_carry/en-de gpu_carry/CH1/data-bin -- lab/calls/e_char_level.sh
 #@ carry wheelhouse 32
-#@ carry gpu_carry/en-de EN_DE
-#@ carry gpu_carry/CH1/data-bin CH
+#@ carry gpu_carry/en-de 9.2
+#@ carry gpu_carry/CH1/data-bin 15.3
 #@ input gpu_carry/en-de/train.en
 #@ input gpu_carry/CH1/data-bin/dict.en.txt
 #@ returns study.tgz 3

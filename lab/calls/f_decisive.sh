@@ -17,8 +17,8 @@
 #@ run wheelhouse gpu_carry/DEC_f1/data-bin gpu_carry/DEC_f0.5/data-bin gpu_carry/DEC_f0.25/data-bin gpu_carry/test.segment_types -- lab/calls/f_decisive.sh
 #@ carry wheelhouse 32
 #@ carry gpu_carry/DEC_f1/data-bin 4.3
-#@ carry gpu_carry/DEC_f0.5/data-bin F05
-#@ carry gpu_carry/DEC_f0.25/data-bin F025
+#@ carry gpu_carry/DEC_f0.5/data-bin 2.4
+#@ carry gpu_carry/DEC_f0.25/data-bin 1.4
 #@ carry gpu_carry/test.segment_types 0.01
 #@ input gpu_carry/DEC_f1/data-bin/dict.en.txt
 #@ input gpu_carry/DEC_f0.5/data-bin/dict.en.txt
