@@ -2,6 +2,7 @@
 Tiny models trained for a few updates; the corpus is the session fixture of conftest.py."""
 import json
 import os
+import re
 
 import pytest
 
@@ -105,9 +106,15 @@ def test_hub_refuses_a_pos_model_when_loading(corpus, pos_model):
 def test_pos_model_still_decodes_a_tagged_split(corpus, pos_model):
     """fairseq-generate loads the split (with its tags) before it builds the generator: not refused."""
     ckpt, tags = pos_model
-    run([console("fairseq-generate"), corpus["bin"], "--user-dir", USER_DIR, "--path", ckpt, "--task",
-         "translation_source_tags", "--source-tags-dir", tags, "--cpu", "--beam", "2", "--gen-subset", "valid",
-         "--max-tokens", "2000"] + IN_PROCESS_LOADER)
+    proc = run([console("fairseq-generate"), corpus["bin"], "--user-dir", USER_DIR, "--path", ckpt, "--task",
+                "translation_source_tags", "--source-tags-dir", tags, "--cpu", "--beam", "2", "--gen-subset", "valid",
+                "--max-tokens", "2000"] + IN_PROCESS_LOADER)
+    log = proc.stdout + proc.stderr
+    with open(os.path.join(corpus["raw"], "valid.src")) as f:
+        sentences = len(f.read().splitlines())
+    assert sum(line.startswith("H-") for line in log.splitlines()) == sentences  # every sentence, with its tags
+    pruned = re.search(r"L0Drop sparsity rate [\d.]+% \((\d+) of", log)
+    assert pruned and int(pruned.group(1)) > 0  # the tags reached the pattern: it dropped the function words
 
 
 def test_analysis_tools_read_a_pos_models_tags(corpus, pos_model, tmp_path):
