@@ -324,6 +324,25 @@ def check_settings(stop_every: int, step_form: str, max_graphs: int, source_buck
                              f"got {value!r}")
 
 
+def why_not_fixed(decoders, movers, capacity: int, token_indices_to_suppress) -> Optional[str]:
+    """None if the fixed form of the step (and a CUDA graph of it) can run these decoders (``movers``: each one's
+    modules with state per hypothesis), else why not."""
+    if not decoders:
+        return "the model keeps no incremental state"
+    if token_indices_to_suppress is not None:
+        return "the symbols to strip are a host tensor"
+    for decoder, modules in zip(decoders, movers):
+        if not hasattr(decoder, "cross_self_attention"):
+            return f"its decoder ({type(decoder).__name__}) is not fairseq's transformer decoder"
+        reason = why_no_step_positions(decoder, capacity)
+        if reason:
+            return reason
+        for module in modules:  # a cacheable self-attention's buffers are updated in place
+            if not cacheable(module):
+                return f"{type(module).__name__} keeps state per hypothesis that a step replaces"
+    return None
+
+
 class FixedShapeSequenceGenerator(SequenceGenerator):
     """fairseq's SequenceGenerator with a fixed-shape ``_generate`` (module docstring). ``stop_every``: the steps
     between two host reads of whether every sentence is finished (finished sentences are frozen meanwhile, so the
@@ -348,29 +367,12 @@ class FixedShapeSequenceGenerator(SequenceGenerator):
         self.movers = [[m for m in model.decoder.modules() if moves_with_the_beam(m)]
                        for model in self.model.models] if self.model.has_incremental_states() else []
 
-    def why_not_fixed(self, decoders, capacity: int) -> Optional[str]:
-        """None if the fixed form of the step (and a CUDA graph of it) can run these decoders, else why not."""
-        if not decoders:
-            return "the model keeps no incremental state"
-        if self.token_indices_to_suppress is not None:
-            return "the symbols to strip are a host tensor"
-        for decoder, movers in zip(decoders, self.movers):
-            if not hasattr(decoder, "cross_self_attention"):
-                return f"its decoder ({type(decoder).__name__}) is not fairseq's transformer decoder"
-            reason = why_no_step_positions(decoder, capacity)
-            if reason:
-                return reason
-            for module in movers:  # a cacheable self-attention's buffers are updated in place
-                if not cacheable(module):
-                    return f"{type(module).__name__} keeps state per hypothesis that a step replaces"
-        return None
-
     def _form(self, decoders, capacity: int, device) -> Optional[Tuple[bool, bool]]:
         """(fixed form?, captured?) for this call; None where ``auto`` has no CUDA graph to replay: fairseq's own
         search then, faster without one (module docstring); the reason is logged once."""
         if self.step_form == "prefix":
             return False, False
-        reason = self.why_not_fixed(decoders, capacity)
+        reason = why_not_fixed(decoders, self.movers, capacity, self.token_indices_to_suppress)
         captured = self.graphs is not None and device.type == self.graphs.device_type
         if self.step_form == "fixed":
             if reason is not None:
