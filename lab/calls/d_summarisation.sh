@@ -16,10 +16,11 @@
 # training sets concatenated, valid and test = multidoc's):
 #   fairseq-sparse-recipe --corpus ddtp_synopsis --tokenizer-lang en --truncate-source 1000 --metric rouge \
 #       --work-dir gpu_carry/sum_synopsis --steps prepare --device cpu        # and ddtp_mixed -> gpu_carry/sum_mixed
-# The call (CORPUS=mixed: the same with sum_mixed), what it carries, returns and plans: the #@ lines (lab/preflight.py).
+# The call (CORPUS=mixed: the same with sum_mixed), what it carries (the size declared is sum_mixed's, 11.8 MiB;
+# sum_synopsis's is 8.4), returns and plans: the #@ lines (lab/preflight.py).
 #@ run wheelhouse gpu_carry/sum_$CORPUS/data-bin -- CORPUS=synopsis lab/calls/d_summarisation.sh
 #@ carry wheelhouse 32
-#@ carry gpu_carry/sum_$CORPUS/data-bin SUM
+#@ carry gpu_carry/sum_$CORPUS/data-bin 11.8
 #@ input gpu_carry/sum_$CORPUS/data-bin/dict.source.txt
 #@ returns study.tgz 3
 #@ returns study.log 0.1
