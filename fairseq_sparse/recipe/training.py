@@ -61,8 +61,9 @@ def continued_start(wd, m: Method):
             state = continued(read_state(wd.path(source)))
         except ValueError as e:
             fail(f"{m.name}: --finetune-protocol continue: {source}: {e}")
-        torch.save(state, wd.path(output + ".tmp"))
-        os.replace(wd.path(output + ".tmp"), wd.path(output))
+        tmp = wd.path(f"{output}.{os.getpid()}.tmp")  # fine-tunings side by side may each write it: never one file
+        torch.save(state, tmp)
+        os.replace(tmp, wd.path(output))
     wd.produced(output, [source], write)
 
 

@@ -21,8 +21,9 @@ def load_json(path, default=None):
 
 
 def save_json(path, obj):
-    """Write atomically: a killed run leaves the old file or the new one, never half of one."""
-    tmp = path + ".tmp"
+    """Write atomically: a killed run leaves the old file or the new one, never half of one (runs side by side
+    that write the same file each write their own temporary file)."""
+    tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w") as f:
         json.dump(obj, f, indent=1)
     os.replace(tmp, path)

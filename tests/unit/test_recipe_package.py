@@ -429,3 +429,18 @@ def test_the_speed_step_runs_the_benchmark_scripts_the_check_looks_for(tmp_path)
     runs = benchmark_runs(options(), WorkDir(str(tmp_path / "work")), str(tmp_path))
     assert [(name, cmd[1]) for name, _, cmd in runs] == [
         (name, os.path.join(paths.BENCHMARKS, script)) for name, script in paths.SPEED_SCRIPTS.items()]
+
+
+def test_runs_side_by_side_writing_one_file_never_collide(tmp_path):
+    """Two fine-tunings under --finetune-protocol continue each wrote START/checkpoint_continue.pt through one
+    PATH.tmp: one replaced the other's temporary file and failed (FileNotFoundError). Each writer has its own now."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from fairseq_sparse.recipe.workdir import save_json\n"
+            "for i in range(300): save_json(sys.argv[1], {'i': i, 'pad': 'x' * 20000})")
+    path = str(tmp_path / "same.json")
+    procs = [subprocess.Popen([sys.executable, "-c", code, path], stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    errors = [p.communicate()[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errors
+    assert json.loads(open(path).read())["i"] == 299 and not list(tmp_path.glob("*.tmp"))
