@@ -17,7 +17,7 @@
 #     && python3 lab/checkpoint_parts.py split DEC/baseline/checkpoint_last.pt gpu_carry/SB/baseline.pt
 #@ run wheelhouse gpu_carry/SB -- lab/calls/g_search_benchmark.sh
 #@ carry wheelhouse 32
-#@ carry gpu_carry/SB 9.5
+#@ carry gpu_carry/SB 12.9
 #@ input gpu_carry/SB/data-bin
 #@ input gpu_carry/SB/baseline.pt
 #@ returns report.tgz 2
