@@ -133,13 +133,13 @@ def main():
     print("|---|---|---|---|---|---|---|---|---|---|")
     for x in summary["rows"]:
         print(f"| {x['fraction']:g} | {x['model']} | {x['updates']} | {x['seed']} | {x['stock']:.2f} | {x['score']:.2f} "
-              f"| {x['gap']:+.2f} | {pct(x['relative_gap'])} | {x['p_value']} | {x['sparsity']:.1%} |")
+              f"| {x['gap']:+.2f} | {pct(x['relative_gap']):.1f}% | {x['p_value']} | {x['sparsity']:.1%} |")
     for x in summary["protocol"]:
         print(f"fine-tuned, {x['protocol']} protocol, seed {x['seed']}, {x['updates']} updates from {x['start']:.2f}: "
               f"control {x['control']:.2f}, freq {x['score']:.2f} ({x['gap']:+.2f}, {pct(x['relative_gap']):.1f}%, "
               f"p {x['p_value']})")
     for key, m in summary["means"].items():
-        print(f"mean {key} over seeds {m['seeds']}: {m['stock']} -> {m['score']} ({m['gap']:+}, {pct(m['relative_gap'])}%)")
+        print(f"mean {key} over seeds {m['seeds']}: {m['stock']} -> {m['score']} ({m['gap']:+}, {pct(m['relative_gap']):.1f}%)")
 
 
 if __name__ == "__main__":
