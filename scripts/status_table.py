@@ -50,7 +50,8 @@ ROWS = [
     ("int8 TorchScript artefact of the composed model", "faster than CTranslate2 int8",
      "**{r[headline][composed_int8_ts_vs_stock_400]:.2f}x** / **{r[headline][composed_int8_ts_vs_stock_800]:.2f}x** "
      "stock at 400 / 800 tokens against **{r[headline][ct2_int8_vs_stock_400]:.2f}x** / "
-     "**{r[headline][ct2_int8_vs_stock_800]:.2f}x** (random weights, CPU)", "yes", "[report]({r})",
+     "**{r[headline][ct2_int8_vs_stock_800]:.2f}x** (random weights, CPU, one run; an outside re-run kept the order, "
+     "not the factors: to re-measure)", "yes (the order)", "[report]({r})",
      {"r": "2026-11-25-speed-int8-artefacts"}),
     ("decoding on a GPU", "pruning saves time",
      "host-bound: {r[headline][stock_ms_per_step_min]:.1f}-{r[headline][stock_ms_per_step_max]:.1f} ms a step whatever the source; pruned **{r[headline][l0drop_pruned_vs_stock_400]:.2f}x** stock "
