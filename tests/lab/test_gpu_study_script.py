@@ -1,5 +1,5 @@
 """lab/gpu_study.sh's own logic, with a stand-in recipe that records its command lines (the real study runs in
-tests/e2e/test_gpu_study.py): each seed's process gets its own seed, work dir and {seed} in RECIPE_ARGS."""
+tests/lab/test_gpu_study.py): each seed's process gets its own seed, work dir and {seed} in RECIPE_ARGS."""
 import os
 import subprocess
 
