@@ -63,11 +63,14 @@ def protocol_rows(out):
             continue
         control, freq = models["control"]["score"], models["pattern_freq"]["score"]
         rows.append({"protocol": m.group(1), "seed": int(m.group(2)), "start": models["baseline"]["score"],
-                     "updates": r["settings"]["finetune_updates"], "lr": r["settings"]["finetune_lr"],
+                     "updates": r["settings"]["finetune_updates"],
+                     "lr": r["settings"]["finetune_lr"] if m.group(1) == "fresh" else "the baseline's, continued",
                      "control": control, "score": freq, "gap": round(freq - control, 2),
                      "relative_gap": round((freq - control) / control, 4),
                      "p_value": sig.get("pattern_freq", {}).get("p_value"),
-                     "sparsity": models["pattern_freq"].get("l0drop_sparsity")})
+                     "sparsity": models["pattern_freq"].get("l0drop_sparsity"),
+                     "gap_analysis": gap_summary(r["gap_analysis"]["pattern_freq"]) if "pattern_freq" in r.get(
+                         "gap_analysis", {}) else None})
     return rows
 
 
