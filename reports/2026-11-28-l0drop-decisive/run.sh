@@ -4,7 +4,8 @@
 #   CORPUS=ddtp/en-de OUT=runs/decisive [UPDATES=1700 POINTS=850,1700] reports/2026-11-28-l0drop-decisive/run.sh [PHASE ...]
 # PHASE: s1, s2 (all pairs, seed 1 or 2), half, quarter (1/2 and 1/4 of the pairs, seed 1), l0drop (learned gates
 # from scratch, pressure held back, seed 1), protocol (the freq rule at 0.5 fine-tuned FT_UPDATES (default 600) from
-# seed 1's baseline at the end of s1, beside its control, under the continued and the fresh protocol), summary. Each work dir resumes: a phase run again picks up where it
+# seed 1's baseline at the end of s1, beside its control, under the continued and the fresh protocol), lr (the fresh
+# protocol at each of LRS, default 1.5e-4 and 1e-3), summary. Each work dir resumes: a phase run again picks up where it
 # stopped, and UPDATES raised later (with POINTS extended) continues the same runs (inverse-sqrt does not depend on
 # the budget).
 set -euo pipefail
@@ -32,10 +33,12 @@ pair() {  # pair FRACTION SEED: the stock model and the freq rule from scratch, 
   wait $b; wait $f
   recipe "$1" "$2" gap_analysis,report
 }
-finetune() {  # finetune PROTOCOL SEED STEPS: fine-tunings from the seed's stock model at its last update
+finetune() {  # finetune PROTOCOL SEED STEPS [LR]: fine-tunings from the seed's stock model at its last update
+  local work="$OUT/ft_$1_s$2" lr=()
+  if [ -n "${4:-}" ]; then work="$OUT/ft_$1_lr$4_s$2"; lr=(--finetune-lr "$4"); fi
   "$RECIPE" --data-bin "$OUT/f1_s$2/data-bin" --baseline-checkpoint "$OUT/f1_s$2/baseline/checkpoint_last.pt" \
-    --work-dir "$OUT/ft_$1_s$2" --seed "$2" -s en -t de --finetune-protocol "$1" --finetune-updates "${FT_UPDATES:-600}" \
-    --validate-interval 5 --threads 1 --quiet "${segments[@]}" --steps "$3"
+    --work-dir "$work" --seed "$2" -s en -t de --finetune-protocol "$1" --finetune-updates "${FT_UPDATES:-600}" \
+    --validate-interval 5 --threads 1 --quiet "${segments[@]}" "${lr[@]}" --steps "$3"
 }
 protocol() {  # protocol SEED: method and control side by side under each protocol
   for proto in continue fresh; do
@@ -55,6 +58,13 @@ for phase in "${phases[@]}"; do
     half) pair 0.5 1 ;;
     quarter) pair 0.25 1 ;;
     l0drop) recipe 1 1 l0drop_scratch; recipe 1 1 gap_analysis,report ;;
+    lr) for lr in ${LRS:-1.5e-4 1e-3}; do  # the fresh protocol's learning rate, method and control alike
+          finetune fresh 1 baseline "$lr"
+          finetune fresh 1 control "$lr" & c=$!
+          finetune fresh 1 pattern_freq "$lr" & f=$!
+          wait $c; wait $f
+          finetune fresh 1 gap_analysis,report "$lr"
+        done ;;
     protocol) protocol 1 ;;
     summary) python3 "$(dirname "$0")/summarise.py" "$OUT" ;;
     *) echo "unknown phase $phase" >&2; exit 2 ;;

@@ -52,7 +52,7 @@ def protocol_rows(out):
     """The protocol arm: per fine-tuning work dir, the freq rule against its equal-updates control."""
     rows = []
     for name in sorted(os.listdir(out)):
-        m = re.fullmatch(r"ft_(\w+)_s(\d+)", name)
+        m = re.fullmatch(r"ft_([a-z]+(?:_lr[\d.e-]+)?)_s(\d+)", name)
         path = os.path.join(out, name, "results.json")
         if not m or not os.path.exists(path):
             continue
@@ -64,7 +64,7 @@ def protocol_rows(out):
         control, freq = models["control"]["score"], models["pattern_freq"]["score"]
         rows.append({"protocol": m.group(1), "seed": int(m.group(2)), "start": models["baseline"]["score"],
                      "updates": r["settings"]["finetune_updates"],
-                     "lr": r["settings"]["finetune_lr"] if m.group(1) == "fresh" else "the baseline's, continued",
+                     "lr": r["settings"]["finetune_lr"] if m.group(1).startswith("fresh") else "the baseline's, continued",
                      "control": control, "score": freq, "gap": round(freq - control, 2),
                      "relative_gap": round((freq - control) / control, 4),
                      "p_value": sig.get("pattern_freq", {}).get("p_value"),
