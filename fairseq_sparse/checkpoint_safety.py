@@ -76,7 +76,10 @@ def read_state(path: str) -> dict:
     """A checkpoint's contents, tensors memory-mapped (cheap; torch's safe loader). A file torch cannot read raises
     UnreadableCheckpoint naming it (not torch's own error, which names no file)."""
     try:
-        with torch.serialization.safe_globals(SAFE_GLOBALS):
+        # only what the allowlist lacks (FAIRSEQ_SPARSE_PATCHES without safe_globals): torch's context manager takes
+        # out on exit every global it was given, even one that was allowed before
+        allowed = torch.serialization.get_safe_globals()
+        with torch.serialization.safe_globals([g for g in SAFE_GLOBALS if g not in allowed]):
             return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except FileNotFoundError:
         raise

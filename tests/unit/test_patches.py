@@ -42,7 +42,13 @@ def test_the_plugins_own_reads_allow_fairseq_checkpoints_without_the_patch(tmp_p
 
     path = tmp_path / "c.pt"
     torch.save({"args": argparse.Namespace(arch="transformer"), "model": {}}, path)
-    code = f"import fairseq_sparse.checkpoint_safety as c; print(c.read_state({str(path)!r})['args'].arch)"
+    code = (f"import torch, fairseq_sparse.checkpoint_safety as c; print(c.read_state({str(path)!r})['args'].arch); "
+            f"print(torch.load({str(path)!r}, weights_only=True)['args'].arch)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=dict(os.environ, FAIRSEQ_SPARSE_PATCHES="none"))
-    assert done.returncode == 0 and done.stdout.strip() == "transformer", done.stderr[-2000:]
+    assert done.stdout.split() == ["transformer"] and done.returncode != 0, done.stderr[-2000:]
+    assert "Unsupported global" in done.stderr  # without the patch, torch's own loader is torch's (read_state left it so)
+    # with it, a read leaves torch's own loader allowing fairseq's classes (torch's safe_globals context manager takes
+    # out on exit what it was given, even where it was allowed before: every later fairseq load failed)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ))
+    assert done.returncode == 0 and done.stdout.split() == ["transformer", "transformer"], done.stderr[-2000:]
