@@ -285,10 +285,14 @@ def test_sigterm_stops_the_training_and_releases_the_lock(raw_corpus, baseline_w
     # (naming it) instead of training beside it in control/ (issue 55); once it has gone, the lock is taken over
     proc = subprocess.Popen(argv + ["--finetune-updates", "100000", "--curve-updates", "50000", "--steps", "control",
                                     "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lock = work / "locks" / "control.lock"
     deadline = time.time() + 120
+    # its fairseq-train started (its pid beside the run's in the lock file; the earlier log moved aside), then trains
+    while time.time() < deadline and len(lock.read_text().split() if lock.exists() else []) < 2:
+        time.sleep(0.2)
     while time.time() < deadline and "train_inner" not in (log.read_text() if log.exists() else ""):
         time.sleep(0.5)
-    child = int((work / "locks" / "control.lock").read_text().split()[1])
+    child = int(lock.read_text().split()[1])
     proc.kill()
     proc.communicate(timeout=60)
     try:
