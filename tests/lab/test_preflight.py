@@ -23,8 +23,9 @@ def test_every_prepared_call_passes_its_preflight(call):
     assert problems == [], "\n".join(problems + lines)
 
 
-GOOD = """#@ run wheelhouse gpu_carry/X/data-bin -- lab/calls/x.sh
-#@ carry wheelhouse 30
+# carried paths that exist nowhere, so the declared sizes are the ones checked (a wheelhouse built here is measured)
+GOOD = """#@ run gpu_carry/not_made/wheels gpu_carry/X/data-bin -- lab/calls/x.sh
+#@ carry gpu_carry/not_made/wheels 30
 #@ carry gpu_carry/X/data-bin 5
 #@ input gpu_carry/X/data-bin/dict.en.txt
 #@ returns study.tgz 3
@@ -44,7 +45,8 @@ GOOD = """#@ run wheelhouse gpu_carry/X/data-bin -- lab/calls/x.sh
     ("#@ plan decode 150 measured\n", "margin and no '#@ resume' command"),
 ])
 def test_each_limit_is_checked(tmp_path, change, problem):
-    text = GOOD.replace("#@ carry wheelhouse 30", "#@ carry wheelhouse 70") if change is None else GOOD + change
+    text = (GOOD.replace("#@ carry gpu_carry/not_made/wheels 30", "#@ carry gpu_carry/not_made/wheels 70")
+            if change is None else GOOD + change)
     call = tmp_path / "x.sh"
     call.write_text(text)
     problems, _ = preflight.check(str(call), tree=3.0)
