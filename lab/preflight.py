@@ -53,6 +53,21 @@ def expand(text, env):
     return re.sub(r"\$(\w+)", lambda m: env.get(m.group(1), m.group(0)), text)
 
 
+def sizes(entries, kind, name, env, problems):
+    """{path or file: MiB} of #@ lines "KIND NAME MIB"; a malformed line is a problem in one line, not a traceback."""
+    out = {}
+    for entry in entries:
+        fields = expand(entry, env).split()
+        try:
+            out[fields[0]] = float(fields[1])
+            ok = len(fields) == 2 and out[fields[0]] >= 0
+        except (IndexError, ValueError):
+            ok = False
+        if not ok:
+            problems.append(f"{name}: '#@ {kind} {entry}' is not '#@ {kind} PATH MIB' (a size in MiB, >= 0)")
+    return out
+
+
 def size_mib(path):
     """The size of a file or of everything under a folder, in MiB."""
     if os.path.isfile(path):
@@ -75,10 +90,7 @@ def check(path, here=False, tree=None):
         return [f"{name}: no '#@ run' line (the exact device call)"], lines
     env = call_env(d)
     carried_in_run = expand(d["run"][0].partition(" -- ")[0], env).split()
-    carry = {}
-    for entry in d.get("carry", []):
-        p, mib = expand(entry, env).split()
-        carry[p] = float(mib)
+    carry = sizes(d.get("carry", []), "carry", name, env, problems)
     if sorted(carried_in_run) != sorted(carry):
         problems.append(f"{name}: the run carries {carried_in_run}, the carry lines declare {sorted(carry)}")
     tree = tree_mib() if tree is None else tree
@@ -100,16 +112,16 @@ def check(path, here=False, tree=None):
             problems.append(f"{name}: input {p} is under no carried path")
         elif here and not os.path.exists(os.path.join(REPO, p)):
             problems.append(f"{name}: input {p} is missing here")
-    returns = {}
-    for entry in d.get("returns", []):
-        n, mib = entry.split()
-        returns[n] = float(mib)
+    returns = sizes(d.get("returns", []), "returns", name, env, problems)
     lines.append(f"comes back: {len(returns)} files of {RETURN_FILES} ({', '.join(returns)})")
     if len(returns) > RETURN_FILES:
         problems.append(f"{name}: {len(returns)} files would come back, over {RETURN_FILES}")
     problems += [f"{name}: {n} ({mib} MiB) is over the {RETURN_MIB} MiB a returned file may have"
                  for n, mib in returns.items() if mib > RETURN_MIB]
     plan = [e.split(None, 2) + [""] * (3 - len(e.split(None, 2))) for e in d.get("plan", [])]
+    bad = [" ".join(p).strip() for p in plan if not re.fullmatch(r"\d+(\.\d+)?", p[1])]
+    problems += [f"{name}: '#@ plan {b}' is not '#@ plan STAGE SECONDS BASIS'" for b in bad]
+    plan = [p for p in plan if " ".join(p).strip() not in bad]
     total = sum(float(seconds) for _, seconds, _ in plan)
     margin = COMMAND_S - MARGIN_S - total
     lines.append(f"planned: {total:.0f} s of the {COMMAND_S - MARGIN_S} s a call's work may take, margin {margin:.0f} s: "

@@ -43,6 +43,10 @@ GOOD = """#@ run gpu_carry/not_made/wheels gpu_carry/X/data-bin -- lab/calls/x.s
     ("#@ returns model.pt 17\n", "model.pt (17.0 MiB) is over the 16 MiB"),
     ("#@ input gpu_carry/Z/dict.txt\n", "input gpu_carry/Z/dict.txt is under no carried path"),
     ("#@ plan decode 150 measured\n", "margin and no '#@ resume' command"),
+    # malformed declarations: one line each, no traceback
+    ("#@ returns model.pt\n", "'#@ returns model.pt' is not '#@ returns PATH MIB'"),
+    ("#@ returns model.pt nan\n", "is not '#@ returns PATH MIB'"),
+    ("#@ plan decode soon measured\n", "'#@ plan decode soon measured' is not '#@ plan STAGE SECONDS BASIS'"),
 ])
 def test_each_limit_is_checked(tmp_path, change, problem):
     text = (GOOD.replace("#@ carry gpu_carry/not_made/wheels 30", "#@ carry gpu_carry/not_made/wheels 70")
