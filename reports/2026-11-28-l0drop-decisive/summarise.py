@@ -2,7 +2,8 @@
 report step): every from-scratch model against the stock baseline at each budget point, per seed, the relative gap
 G = (model - stock) / stock and its mean over seeds, the gap analysis of each pair; the protocol arm's fine-tunings
 (OUT/ft_<protocol>_s<seed>/results.json: the freq rule against its control under each protocol); results.json and a
-plot of G against the budget, next to this script.
+plot of G against the budget, next to this script. Rows of DEST's earlier results.json whose work dirs are not in
+OUT (runs of an earlier machine, whose work dirs are gone) are kept as they were, marked "kept".
 
     python summarise.py OUT [DEST]     # DEST: where results.json and the plot go (default: next to this script)
 """
@@ -74,7 +75,19 @@ def protocol_rows(out):
     return rows
 
 
-def summarise(out):
+def keep_earlier(rows, analyses, protocol, earlier):
+    """Add the rows of an earlier summary whose pair (fraction, seed) or fine-tuning (protocol, seed) this one lacks."""
+    have = {(x["fraction"], x["seed"]) for x in rows}
+    for x in earlier.get("rows", []):
+        if (x["fraction"], x["seed"]) not in have:
+            rows.append({**x, "kept": True})
+    for key, g in earlier.get("gap_analysis", {}).items():
+        analyses.setdefault(key, g)
+    have = {(x["protocol"], x["seed"]) for x in protocol}
+    protocol += [{**x, "kept": True} for x in earlier.get("protocol", []) if (x["protocol"], x["seed"]) not in have]
+
+
+def summarise(out, earlier=None):
     rows, analyses = [], {}
     for fraction, seed, r, points in pairs(out):
         for model, points in r.get("budget", {}).items():
@@ -96,6 +109,9 @@ def summarise(out):
                          "p_value": p["p_value"], "sparsity": p["sparsity"], "from": "evaluate_point.py"})
             analyses[f"f{fraction:g}_s{seed}/pattern_freq_scratch@{p['updates']}"] = {
                 k: p[k] for k in ("sparsity", "brevity", "by_segment_type", "by_length", "copy_recall", "nll")}
+    protocol = protocol_rows(out)
+    keep_earlier(rows, analyses, protocol, earlier or {})
+    rows.sort(key=lambda x: (-x["fraction"], x["seed"], x["model"], x["updates"]))
     means = {}
     for key in sorted({(x["fraction"], x["model"], x["updates"]) for x in rows}):
         sel = [x for x in rows if (x["fraction"], x["model"], x["updates"]) == key]
@@ -113,15 +129,18 @@ def summarise(out):
             rel = m["relative_gap"]
             headline.update({f"relative_gap_pct_{u}": None if rel is None else round(100 * rel, 1), f"gap_{u}": m["gap"],
                              f"stock_bleu_{u}": m["stock"], f"seeds_{u}": len(m["seeds"])})
-    protocol = protocol_rows(out)
     for x in protocol:
         headline[f"protocol_{x['protocol']}_relative_gap_pct"] = round(100 * x["relative_gap"], 1)
     return {"rows": rows, "means": means, "headline": headline, "gap_analysis": analyses, "protocol": protocol}
 
 
 def main():
-    summary = summarise(sys.argv[1])
     dest = sys.argv[2] if len(sys.argv) > 2 else HERE
+    earlier = {}
+    if os.path.exists(os.path.join(dest, "results.json")):
+        with open(os.path.join(dest, "results.json")) as f:
+            earlier = json.load(f)
+    summary = summarise(sys.argv[1], earlier)
     with open(os.path.join(dest, "results.json"), "w") as f:
         json.dump(summary, f, indent=1)
     series = {}
