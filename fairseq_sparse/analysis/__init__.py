@@ -14,6 +14,6 @@ load, call these functions, write and print. One module per subject:
   BLEU/sparsity curve (Zhang et al. 2021, Fig. 4; Voita et al. 2019, Fig. 7)
 - ``token_types``: punctuation / function / content words of source pieces (Zhang et al. 2021, Fig. 5)
 - ``decoding_traffic``: bytes and FLOPs of a beam-search decoding step, a roofline prediction of decoding
-  time (Williams, Waterman & Patterson 2009; benchmarks/composed.py prints it)
+  time (Williams, Waterman & Patterson 2009; fairseq_sparse/benchmarks/composed.py prints it)
 - ``plotting``: every figure; the one place that chooses matplotlib's backend
 """

@@ -25,6 +25,22 @@ def pyplot():
     return plt
 
 
+def save(fig, path: str) -> str:
+    """``fig`` laid out tight, saved as a 110-dpi PNG at ``path`` and closed; the path."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _finish(fig, ax, title: str, path: str) -> str:
+    """The line plots' title, grid and legend, then :func:`save`."""
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return save(fig, path)
+
+
 def head_heatmap(values, path: str, title: str, cbar_label: str, row_labels: Optional[Sequence[str]] = None,
                  annotate: bool = True, mask=None, col_labels: Optional[Sequence[str]] = None,
                  cell_text=None, vmin: Optional[float] = None, vmax: Optional[float] = None,
@@ -97,11 +113,8 @@ def head_heatmap(values, path: str, title: str, cbar_label: str, row_labels: Opt
     ax.set_title("\n".join(textwrap.wrap(title, int(width * 12))), fontsize=9)
     cbar = fig.colorbar(im, ax=ax)
     cbar.set_label("\n".join(textwrap.wrap(cbar_label, 28)), fontsize=8)
-    fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -133,13 +146,7 @@ def line_plot(series, path: str, title: str, xlabel: str, ylabel: str) -> str:
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3, label=label)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _finish(fig, ax, title, path)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -166,13 +173,7 @@ def plot_sparsity_curve(points, path: str, title: str, xlabel: str, baseline=Non
     ax.set_ylim(-0.03 * top, 1.1 * top)  # BLEU from 0: no offset axis when every score is (nearly) equal
     ax.set_xlabel(xlabel)
     ax.set_ylabel("BLEU")
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _finish(fig, ax, title, path)
 
 
 def plot_pruned_by_type(series, path: str, title: str) -> str:
@@ -226,10 +227,7 @@ def plot_attention_layers(layers: Sequence[dict], path: str) -> str:
         ax.legend(fontsize=8)
         ax.set_xlabel("decoder layer")
         ax.set_xticks(x)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def plot_encdec_head_maps(entropy, max_weight, entropy_path: str, max_weight_path: str):
@@ -274,10 +272,7 @@ def plot_attention_example(example: dict, path: str, title: str) -> str:
     ax.set_ylabel("target")
     ax.set_title(title, fontsize=9)
     fig.colorbar(im, ax=ax, fraction=0.03, label="attention weight")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def plot_l0drop(summary: dict, pruned, summed_attention, encoder_entropy, low: float, attention_path: str,
@@ -311,9 +306,7 @@ def plot_l0drop(summary: dict, pruned, summed_attention, encoder_entropy, low: f
         ax.set_ylabel("source tokens")
         ax.set_title(title, fontsize=9)
         ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
+        save(fig, path)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -380,7 +373,4 @@ def plot_probe_compare(out: dict, other: dict, path: str) -> str:
                 ax.plot(xs, ys, style, marker="o", markersize=4, label=f"IFM, {run.get('label', '?')}")
         _probe_axis(ax, out, kind, "recovery PPL (lower = more information)")
     fig.suptitle("IFM information per layer (Yang et al. 2020, Fig. 10)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)

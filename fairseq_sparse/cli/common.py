@@ -133,6 +133,27 @@ def add_checkpoint_args(parser, path_help="fairseq encoder-decoder transformer c
     add_device_args(parser)
 
 
+def add_bleu_args(group, remove_bpe_note=""):
+    """The BLEU evaluation options the tools that decode a split share (fairseq-generate's names and defaults but
+    beam 5, the papers' scripts): --gen-subset, --max-sentences, --batch-size, --beam, --lenpen, --max-len-a/-b,
+    --remove-bpe, --sacrebleu-tokenize."""
+    group.add_argument("--gen-subset", default="test", help="split translated for BLEU (default: test)")
+    group.add_argument("--max-sentences", type=int, default=None, metavar="N",
+                       help="only the first N sentences of --gen-subset (default: all)")
+    group.add_argument("--batch-size", type=int, default=32, metavar="B",
+                       help="sentences per generation batch (default 32)")
+    group.add_argument("--beam", type=int, default=5, help="beam size (default 5, the papers' scripts)")
+    group.add_argument("--lenpen", type=float, default=1.0, help="length penalty (default 1)")
+    group.add_argument("--max-len-a", type=float, default=0.0)
+    group.add_argument("--max-len-b", type=int, default=200)
+    group.add_argument("--remove-bpe", nargs="?", const="@@ ", default=None, metavar="SYMBOL",
+                       help="remove BPE before scoring (bare flag: '@@ '; also 'sentencepiece', 'subword_nmt', ...)"
+                            + remove_bpe_note)
+    group.add_argument("--sacrebleu-tokenize", default="none",
+                       help="sacrebleu tokenizer: 'none' (default) scores the tokenised text as the papers do "
+                            "(multi-bleu style); '13a', 'intl', ... for detokenised output")
+
+
 def add_progress_args(parser):
     """fairseq's progress-bar options."""
     parser.add_argument("--no-progress-bar", action="store_true", help="no progress bar")

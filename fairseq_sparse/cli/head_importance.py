@@ -52,20 +52,7 @@ def _common_parser():
     g = p.add_argument_group("model and data")
     g.add_argument("data", metavar="DATA", help="fairseq data-bin directory (dictionaries and splits)")
     common.add_checkpoint_args(g, path_required=False)
-    g = p.add_argument_group("BLEU evaluation")
-    g.add_argument("--gen-subset", default="test", help="split translated for BLEU (default: test)")
-    g.add_argument("--max-sentences", type=int, default=None, metavar="N",
-                   help="only the first N sentences of --gen-subset (default: all)")
-    g.add_argument("--batch-size", type=int, default=32, metavar="B", help="sentences per generation batch (default 32)")
-    g.add_argument("--beam", type=int, default=5, help="beam size (default 5, the paper's scripts)")
-    g.add_argument("--lenpen", type=float, default=1.0, help="length penalty (default 1)")
-    g.add_argument("--max-len-a", type=float, default=0.0)
-    g.add_argument("--max-len-b", type=int, default=200)
-    g.add_argument("--remove-bpe", nargs="?", const="@@ ", default=None, metavar="SYMBOL",
-                   help="remove BPE before scoring (bare flag: '@@ '; also 'sentencepiece', 'subword_nmt', ...)")
-    g.add_argument("--sacrebleu-tokenize", default="none",
-                   help="sacrebleu tokenizer: 'none' (default) scores the tokenised text as the paper does "
-                        "(multi-bleu style); '13a', 'intl', ... for detokenised output")
+    common.add_bleu_args(p.add_argument_group("BLEU evaluation"))
     g = p.add_argument_group("output and logging")
     g.add_argument("--output-dir", metavar="DIR", help="TSV, JSON and PNG files go here")
     common.add_overwrite_arg(g)

@@ -61,30 +61,13 @@ def _model_args(p):
     common.add_device_args(g)
 
 
-def _bleu_args(p):
-    g = p.add_argument_group("BLEU evaluation (as fairseq-sparse-head-importance)")
-    g.add_argument("--gen-subset", default="test", help="split translated for BLEU (default: test)")
-    g.add_argument("--max-sentences", type=int, default=None, metavar="N",
-                   help="only the first N sentences of --gen-subset (default: all)")
-    g.add_argument("--batch-size", type=int, default=32, metavar="B", help="sentences per batch (default 32)")
-    g.add_argument("--beam", type=int, default=5, help="beam size (default 5)")
-    g.add_argument("--lenpen", type=float, default=1.0, help="length penalty (default 1)")
-    g.add_argument("--max-len-a", type=float, default=0.0)
-    g.add_argument("--max-len-b", type=int, default=200)
-    g.add_argument("--remove-bpe", nargs="?", const="@@ ", default=None, metavar="SYMBOL",
-                   help="remove BPE before scoring (bare flag: '@@ '); its marker also joins pieces into words "
-                        "for the token types")
-    g.add_argument("--sacrebleu-tokenize", default="none",
-                   help="sacrebleu tokenizer: 'none' (default) scores the tokenised text; '13a', 'intl', ... for "
-                        "detokenised output")
-
-
 def get_parser():
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=__doc__.split("\n\n", 1)[1])
     _model_args(p)
-    _bleu_args(p)
+    common.add_bleu_args(p.add_argument_group("BLEU evaluation (as fairseq-sparse-head-importance)"),
+                         "; its marker also joins pieces into words for the token types")
     g = p.add_argument_group("token types of pruned source tokens")
     g.add_argument("--function-words", metavar="FILE", default=None,
                    help="closed-class words of the source language, one per line (default: a built-in English "

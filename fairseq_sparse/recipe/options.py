@@ -9,7 +9,6 @@ from ..cli.common import DEVICES, default_device, device_error
 from ..modules.l0drop import DROPPED_AS_CHOICES
 from ..modules.sparsity_control import parse_targets
 from .methods import DEFAULT_STEPS, STEPS
-from .paths import SPEED_SCRIPTS, missing_benchmarks
 
 SPLITS = ("train", "valid", "test")
 DEFAULT_POSITIONS = 1024  # fairseq's --max-source-positions and --max-target-positions
@@ -206,7 +205,7 @@ def _methods(p):
     g.add_argument("--curve-targets", default="0.3,0.5,0.7", help="L0Drop target schedule of the curve step")
     g.add_argument("--curve-updates", type=int, default=700,
                    help="updates per target of the curve step (x the number of --curve-targets = --finetune-updates)")
-    g = p.add_argument_group("speed (benchmarks/, on the models' shapes)")
+    g = p.add_argument_group("speed (fairseq_sparse.benchmarks, on the models' shapes)")
     g.add_argument("--speed-lengths", default="25,400", help="source lengths of the L0Drop decoding benchmark")
     g.add_argument("--speed-batch", type=int, default=16, help="batch of the head-pruning and simplified-decoder benchmarks")
     g.add_argument("--speed-repeats", type=int, default=3, help="timed rounds per benchmark measurement")
@@ -289,8 +288,7 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if device_error(args.device):  # one line, not the usage: the machine, not the command, lacks something
         fail(device_error(args.device))
-    for check in (_check_langs, _check_ranges, _check_decoding, _check_lists, _check_files, _check_scorer,
-                  _check_benchmarks):
+    for check in (_check_langs, _check_ranges, _check_decoding, _check_lists, _check_files, _check_scorer):
         message = check(args)
         if message:
             p.error(message)
@@ -519,18 +517,3 @@ def _check_scorer(a):
     from ..analysis.scores import rouge155_missing
 
     return rouge155_missing()
-
-
-def _check_benchmarks(a):
-    """The speed step runs the checkout's benchmarks/*.py by path: those it will run (the benchmarks without
-    results in WORK/speed yet) that are missing, as a message, or None (an install from a wheel has no
-    benchmarks/)."""
-    if "speed" not in a.steps.split(","):
-        return None
-    names = [n for n in SPEED_SCRIPTS if not os.path.exists(os.path.join(a.work_dir, "speed", f"{n}.json"))]
-    missing = missing_benchmarks(names)
-    if not missing:
-        return None
-    return (f"the step speed runs benchmark scripts that only a clone of the repository has, and these are "
-            f"missing: {', '.join(missing)}; run the recipe from a clone installed in place (pip install -e .), or "
-            f"leave speed out of --steps")

@@ -219,7 +219,7 @@ def attention_lines(att):
 def speed_lines(speed, noise):
     if not speed:
         return []
-    lines = ["Speed (benchmarks/, CPU time, one thread, variants timed side by side in one process; "
+    lines = ["Speed (fairseq_sparse.benchmarks, CPU time, one thread, variants timed side by side in one process; "
              "the importance and simplified-decoder rows on random weights of the same shapes):", "",
              "| what | against stock fairseq | note |", "|---|---|---|"]
     lines += [f"| {s['what']} | {s['ratio']} | {s['note']} |" for s in speed]

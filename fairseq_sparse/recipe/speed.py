@@ -1,10 +1,10 @@
-"""The recipe's speed step: benchmarks/*.py on the trained models' shapes, each timing its variants side by
+"""The recipe's speed step: the benchmarks (fairseq_sparse.benchmarks) on the trained models' shapes, each timing its variants side by
 side in one process against stock fairseq; and the report's rows, read from the benchmarks' JSON."""
 import os
 import sys
 
 from .methods import BY_NAME, updates_of
-from .paths import BENCHMARKS, SPEED_SCRIPTS
+from .paths import SPEED_MODULES
 from .workdir import load_json
 
 
@@ -30,7 +30,7 @@ def benchmark_runs(a, wd, data):
               "--no-bound"] + shapes),
             ("simplified", wd.finished("simplified", a.baseline_updates),
              ["--no-bleu", "--batch-size", str(a.speed_batch)] + shapes)]
-    return [(name, ready, [sys.executable, os.path.join(BENCHMARKS, SPEED_SCRIPTS[name])] + cmd + timing
+    return [(name, ready, [sys.executable, "-m", SPEED_MODULES[name]] + cmd + timing
              + ["--json", f"speed/{name}.json"]) for name, ready, cmd in runs]
 
 

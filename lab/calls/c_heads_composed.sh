@@ -11,7 +11,7 @@
 #            0.1, and head gates in all three types, target 0.5, closed heads cut out);
 # then every test sentence decoded (beam 5, fp32), BLEU, paired bootstrap against each control, the report; the
 # control's and the composed model's checkpoints brought back (fp16, in parts) for the CPU speed benchmark of the
-# composed model against stock (benchmarks/composed.py) and the analyses.
+# composed model against stock (fairseq_sparse/benchmarks/composed.py) and the analyses.
 #
 # Before, on the CPU: gpu_carry/W1, the prepared DDTP en-de data-bin (reports/2026-11-27-l0drop-gpu-ddtp-x256/run.sh
 # says how; only its data-bin is carried). Afterwards: python3 lab/checkpoint_parts.py join ... for the brought-back

@@ -9,6 +9,7 @@ OUT (runs of an earlier machine, whose work dirs are gone) are kept as they were
 """
 import glob
 import json
+import math
 import os
 import re
 import statistics
@@ -87,6 +88,30 @@ def keep_earlier(rows, analyses, protocol, earlier):
     protocol += [{**x, "kept": True} for x in earlier.get("protocol", []) if (x["protocol"], x["seed"]) not in have]
 
 
+TRAIN_PAIRS = 27427  # DDTP en-de's training split; --train-fraction F keeps round(F x 27,427) of them
+
+
+def data_axis(means, updates, target=-0.02):
+    """The relative gap of the freq rule from scratch against the training-set size at one budget (every fraction
+    with a mean), and a least-squares line G = a + b log2(pairs) through them; where the gap closes with more data
+    (b > 0), the size at which the line reaches ``target`` (paper 000's -2%): an extrapolation, said as one."""
+    points = sorted((round(float(key[1:key.index("/")]) * TRAIN_PAIRS), m["relative_gap"])
+                    for key, m in means.items()
+                    if key.endswith(f"/pattern_freq_scratch@{updates}") and m["relative_gap"] is not None)
+    axis = {"updates": updates, "points": [{"pairs": n, "relative_gap": g} for n, g in points]}
+    if len(points) < 3:
+        return axis
+    xs, ys = [math.log2(n) for n, _ in points], [g for _, g in points]
+    mx, my = statistics.mean(xs), statistics.mean(ys)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    a = my - b * mx
+    residual = math.sqrt(sum((y - a - b * x) ** 2 for x, y in zip(xs, ys)) / (len(xs) - 2)) if len(xs) > 2 else None
+    axis["fit"] = {"intercept": round(a, 4), "slope_per_doubling": round(b, 4),
+                   "residual_sd": None if residual is None else round(residual, 4),
+                   "pairs_at_target": round(2 ** ((target - a) / b)) if b > 0 else None, "target": target}
+    return axis
+
+
 def summarise(out, earlier=None):
     rows, analyses = [], {}
     for fraction, seed, r, points in pairs(out):
@@ -131,7 +156,13 @@ def summarise(out, earlier=None):
                              f"stock_bleu_{u}": m["stock"], f"seeds_{u}": len(m["seeds"])})
     for x in protocol:
         headline[f"protocol_{x['protocol']}_relative_gap_pct"] = round(100 * x["relative_gap"], 1)
-    return {"rows": rows, "means": means, "headline": headline, "gap_analysis": analyses, "protocol": protocol}
+    axis = data_axis(means, 850)
+    fit = axis.get("fit")
+    if fit:
+        headline.update({"data_axis_slope_pct_per_doubling": round(100 * fit["slope_per_doubling"], 1),
+                         "data_axis_pairs_at_minus_2pct": fit["pairs_at_target"]})
+    return {"rows": rows, "means": means, "headline": headline, "gap_analysis": analyses, "protocol": protocol,
+            "data_axis": axis}
 
 
 def main():
@@ -151,6 +182,16 @@ def main():
               os.path.join(dest, "relative_gap_vs_updates.png"),
               "trained from scratch beside the stock model, DDTP en-de, 3+3 x 128, CPU",
               "updates (both models)", "relative BLEU gap to stock (%)")
+    axis = summary["data_axis"]
+    if axis["points"]:
+        line_plot([("freq rule at 0.5 from scratch, seed 1", [p["pairs"] for p in axis["points"]],
+                    [pct(p["relative_gap"]) for p in axis["points"]])],
+                  os.path.join(dest, "relative_gap_vs_pairs.png"),
+                  f"trained from scratch beside the stock model, {axis['updates']} updates, DDTP en-de, 3+3 x 128, CPU",
+                  "training pairs", "relative BLEU gap to stock (%)")
+    print(f"data axis at {axis['updates']} updates: " + ", ".join(
+        f"{p['pairs']} pairs {pct(p['relative_gap']):.1f}%" for p in axis["points"]) + (
+        f"; fit {axis['fit']}" if "fit" in axis else ""))
     print("| pairs | model | updates | seed | stock BLEU | model BLEU | gap | relative | p | sparsity |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for x in summary["rows"]:

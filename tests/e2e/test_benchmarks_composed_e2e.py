@@ -1,4 +1,4 @@
-"""Smoke test of benchmarks/composed.py: tiny random models of every variant at one source length run through
+"""Smoke test of the benchmark composed.py: tiny random models of every variant at one source length run through
 the timing child, the compacted encoder and pruned memory give the hypotheses of the same checkpoint decoded
 in full, the report and JSON are consistent; options it cannot honour are refused before anything is built.
 No timing assertions.
@@ -6,7 +6,6 @@ Here the tests that train or run console scripts; the pure ones are in tests/uni
 import importlib
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 
@@ -14,13 +13,13 @@ import pytest
 
 from conftest import REPO
 
-SCRIPT = os.path.join(REPO, "benchmarks", "composed.py")
+SCRIPT = "fairseq_sparse.benchmarks.composed"
 HAVE_CT2 = importlib.util.find_spec("ctranslate2") is not None
 
 
 def test_composed_benchmark_smoke(tmp_path):
     out_json = tmp_path / "composed.json"
-    cmd = [sys.executable, SCRIPT, "--size", "tiny", "--lengths", "40", "--batch-size", "2", "--beam", "2",
+    cmd = [sys.executable, "-m", SCRIPT, "--size", "tiny", "--lengths", "40", "--batch-size", "2", "--beam", "2",
            "--out-len", "5", "--repeats", "2", "--threads", "1", "--clock", "cpu", "--no-memory",
            "--sparsity", "0.5", "--layer-sparsity", "0.4", "--json", str(out_json)]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=600)
@@ -83,7 +82,7 @@ def test_composed_benchmark_times_trained_checkpoints(tmp_path, corpus, stock_tr
     """--path NAME=CKPT: trained checkpoints on the test split's sentences; a name ending in _unpruned decodes
     the same checkpoint in full (same hypotheses)."""
     out_json = tmp_path / "real.json"
-    cmd = [sys.executable, SCRIPT, "--path", f"stock={stock_transformer_ckpt}", "--path", f"l0drop={l0drop_ckpt}",
+    cmd = [sys.executable, "-m", SCRIPT, "--path", f"stock={stock_transformer_ckpt}", "--path", f"l0drop={l0drop_ckpt}",
            "--path", f"l0drop_unpruned={l0drop_ckpt}", "--data", corpus["bin"], "--lengths", "30",
            "--batch-size", "2", "--beam", "2", "--out-len", "5", "--repeats", "1", "--threads", "1", "--clock", "cpu",
            "--no-memory", "--variants", "stock,stock_int8", "--json", str(out_json)]
@@ -98,8 +97,7 @@ def test_composed_benchmark_times_trained_checkpoints(tmp_path, corpus, stock_tr
 
 
 def test_composed_benchmark_checks_checkpoints_first(capsys, monkeypatch, tmp_path, corpus, stock_transformer_ckpt):
-    monkeypatch.syspath_prepend(os.path.join(REPO, "benchmarks"))
-    bench = importlib.import_module("composed")
+    bench = importlib.import_module("fairseq_sparse.benchmarks.composed")
     cases = [(["--path", f"stock={stock_transformer_ckpt}"], "--path needs --data"),
              (["--data", corpus["bin"]], "--data goes with --path"),
              (["--path", f"stock={tmp_path / 'no.pt'}", "--data", corpus["bin"]], "checkpoint not found"),

@@ -1,4 +1,4 @@
-"""Smoke test of benchmarks/fixed_shape_search.py on a tiny random model: it runs both searches on both models,
+"""Smoke test of the benchmark fixed_shape_search.py on a tiny random model: it runs both searches on both models,
 prints the table, writes consistent JSON and exits 0 only with the same hypotheses. No timing assertions."""
 import json
 import os
@@ -7,12 +7,12 @@ import sys
 
 from conftest import REPO
 
-SCRIPT = os.path.join(REPO, "benchmarks", "fixed_shape_search.py")
+SCRIPT = "fairseq_sparse.benchmarks.fixed_shape_search"
 
 
 def test_fixed_shape_search_benchmark_smoke(tmp_path):
     out_json = tmp_path / "fs.json"
-    cmd = [sys.executable, SCRIPT, "--layers", "1", "--dim", "32", "--heads", "2", "--ffn", "64", "--vocab", "60",
+    cmd = [sys.executable, "-m", SCRIPT, "--layers", "1", "--dim", "32", "--heads", "2", "--ffn", "64", "--vocab", "60",
            "--batch-sizes", "1,3", "--lengths", "12", "--out-len", "6", "--repeats", "2", "--threads", "1",
            "--clock", "cpu", "--json", str(out_json)]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=600)
@@ -34,15 +34,15 @@ def test_fixed_shape_search_benchmark_smoke(tmp_path):
         assert r["searches"]["fairseq"]["speedup_paired"] == 1.0
 
 
-CHECKPOINT_SCRIPT = os.path.join(REPO, "benchmarks", "fixed_shape_checkpoint.py")
+CHECKPOINT_SCRIPT = "fairseq_sparse.benchmarks.fixed_shape_checkpoint"
 
 
 def test_fixed_shape_checkpoint_benchmark_on_a_trained_checkpoint(corpus, stock_transformer_ckpt, tmp_path):
-    """benchmarks/fixed_shape_checkpoint.py: both searches through fairseq-generate on a trained checkpoint, fp32 on
+    """fairseq_sparse/benchmarks/fixed_shape_checkpoint.py: both searches through fairseq-generate on a trained checkpoint, fp32 on
     the CPU: the same hypotheses, the same BLEU, a generation time each; --fp16 on the CPU refused before any run."""
     out_json = tmp_path / "ckpt.json"
     # the search's own eager steps (its default on the CPU is fairseq's search)
-    cmd = [sys.executable, CHECKPOINT_SCRIPT, corpus["bin"], "--path", stock_transformer_ckpt, "--rounds", "1",
+    cmd = [sys.executable, "-m", CHECKPOINT_SCRIPT, corpus["bin"], "--path", stock_transformer_ckpt, "--rounds", "1",
            "--beam", "4", "--batch-size", "16", "--fixed-shape-args", "--fixed-shape-step-form prefix",
            "--json", str(out_json)]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=600)

@@ -1,20 +1,19 @@
-"""Smoke test of benchmarks/head_pruning.py: its tiniest run completes, prints the tables, and the
+"""Smoke test of the benchmark head_pruning.py: its tiniest run completes, prints the tables, and the
 pruned models decode exactly like the full model with the same heads masked. No timing assertions.
 Here the tests that train or run console scripts; the pure ones are in tests/unit/test_benchmarks_head_pruning.py."""
 import json
-import os
 import subprocess
 import sys
 
 from conftest import REPO
 
-SCRIPT = os.path.join(REPO, "benchmarks", "head_pruning.py")
+SCRIPT = "fairseq_sparse.benchmarks.head_pruning"
 VARIANTS = ("full-stock", "full-same-path", "pruned-25%", "pruned-50%", "pruned-75%", "pruned-100%")
 
 
 def test_head_pruning_benchmark_smoke(tmp_path):
     out_json = tmp_path / "hp.json"
-    cmd = [sys.executable, SCRIPT, "--quick", "--size", "tiny", "--repeats", "1", "--batch-sizes", "1,4",
+    cmd = [sys.executable, "-m", SCRIPT, "--quick", "--size", "tiny", "--repeats", "1", "--batch-sizes", "1,4",
            "--src-len", "8", "--out-len", "6", "--json", str(out_json)]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=120)
     out = proc.stdout

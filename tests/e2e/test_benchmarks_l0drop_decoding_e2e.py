@@ -1,11 +1,10 @@
-"""Smoke test of benchmarks/l0drop_decoding.py: a tiny random model at one source length runs through the
+"""Smoke test of the benchmark l0drop_decoding.py: a tiny random model at one source length runs through the
 timing child, prints its four tables and writes consistent JSON, pruned decoding gives the same
 hypotheses as unpruned and the stock model with the shared memory the same as stock, bit for bit; options it cannot honour are refused before anything is built. No timing
 assertions. (The peak-memory children are skipped: each is one more process start.)
 Here the tests that train or run console scripts; the pure ones are in tests/unit/test_benchmarks_l0drop_decoding.py."""
 import importlib
 import json
-import os
 import subprocess
 import sys
 
@@ -13,13 +12,13 @@ import pytest
 
 from conftest import REPO
 
-SCRIPT = os.path.join(REPO, "benchmarks", "l0drop_decoding.py")
+SCRIPT = "fairseq_sparse.benchmarks.l0drop_decoding"
 TINY = ["--layers", "2", "--dim", "64", "--heads", "4", "--ffn", "128", "--vocab", "500"]
 
 
 def test_l0drop_decoding_benchmark_smoke(tmp_path):
     out_json = tmp_path / "l0.json"
-    cmd = [sys.executable, SCRIPT] + TINY + [
+    cmd = [sys.executable, "-m", SCRIPT] + TINY + [
         "--lengths", "40", "--short-len", "4", "--batch-size", "2", "--beam", "2", "--out-len", "5",
         "--repeats", "2", "--threads", "1", "--clock", "cpu", "--sparsity", "0.5", "--no-memory",
         "--json", str(out_json)]
@@ -52,8 +51,7 @@ def test_l0drop_decoding_benchmark_smoke(tmp_path):
 def test_l0drop_decoding_benchmark_refuses_a_checkpoint_without_the_method(capsys, monkeypatch,
                                                                          stock_transformer_ckpt, corpus):
     """A stock checkpoint has nothing for pruned decoding to shorten: refused before anything is built."""
-    monkeypatch.syspath_prepend(os.path.join(REPO, "benchmarks"))
-    bench = importlib.import_module("l0drop_decoding")
+    bench = importlib.import_module("fairseq_sparse.benchmarks.l0drop_decoding")
     with pytest.raises(SystemExit) as e:
         bench.parse_args(["--path", stock_transformer_ckpt, "--data", corpus["bin"]])
     assert e.value.code == 2

@@ -1,19 +1,18 @@
-"""Smoke test of benchmarks/simplified_decoder.py: its --quick run (speed and a tiny BLEU part) completes,
+"""Smoke test of the benchmark simplified_decoder.py: its --quick run (speed and a tiny BLEU part) completes,
 prints both tables and writes consistent JSON. No timing assertions."""
 import json
-import os
 import subprocess
 import sys
 
 from conftest import REPO
 
-SCRIPT = os.path.join(REPO, "benchmarks", "simplified_decoder.py")
+SCRIPT = "fairseq_sparse.benchmarks.simplified_decoder"
 VARIANTS = ["standard", "simplified", "simplified-sem-ifm"]
 
 
 def test_simplified_decoder_benchmark_smoke(tmp_path):
     out_json = tmp_path / "sd.json"
-    cmd = [sys.executable, SCRIPT, "--quick", "--repeats", "1", "--variants", ",".join(VARIANTS[1:]),
+    cmd = [sys.executable, "-m", SCRIPT, "--quick", "--repeats", "1", "--variants", ",".join(VARIANTS[1:]),
            "--bleu", "--bleu-updates", "4", "--workdir", str(tmp_path / "work"), "--json", str(out_json)]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=600)  # ~40 s on 2 idle cores
     out = proc.stdout

@@ -1,9 +1,6 @@
-"""Smoke test of benchmarks/head_pruning.py: its tiniest run completes, prints the tables, and the
+"""Smoke test of the benchmark head_pruning.py: its tiniest run completes, prints the tables, and the
 pruned models decode exactly like the full model with the same heads masked. No timing assertions.
 Here the pure tests; those that train or run console scripts are in tests/e2e/test_benchmarks_head_pruning_e2e.py."""
-import os
-
-from conftest import REPO
 
 
 def test_head_pruning_benchmark_checks_the_mask_first(tmp_path, capsys, monkeypatch):
@@ -12,9 +9,7 @@ def test_head_pruning_benchmark_checks_the_mask_first(tmp_path, capsys, monkeypa
     import importlib
 
     import pytest
-
-    monkeypatch.syspath_prepend(os.path.join(REPO, "benchmarks"))  # undone after the test
-    bench = importlib.import_module("head_pruning")
+    bench = importlib.import_module("fairseq_sparse.benchmarks.head_pruning")
     mask = tmp_path / "mask.json"
     for matrix, msg in (('{"enc": [[2, -1, 1, 1], [1, 1, 1, 1]]}', "[0, 1]"),
                         ('{"enc": [[1, NaN, 1, 1], [1, 1, 1, 1]]}', "[0, 1]"),

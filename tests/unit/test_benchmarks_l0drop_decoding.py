@@ -1,14 +1,11 @@
-"""Smoke test of benchmarks/l0drop_decoding.py: a tiny random model at one source length runs through the
+"""Smoke test of the benchmark l0drop_decoding.py: a tiny random model at one source length runs through the
 timing child, prints its four tables and writes consistent JSON, and pruned decoding gives the same
 hypotheses as unpruned; options it cannot honour are refused before anything is built. No timing
 assertions. (The peak-memory children are skipped: each is one more process start.)
 Here the pure tests; those that train or run console scripts are in tests/e2e/test_benchmarks_l0drop_decoding_e2e.py."""
 import importlib
-import os
 
 import pytest
-
-from conftest import REPO
 
 
 @pytest.mark.parametrize("args, msg", [
@@ -25,8 +22,7 @@ from conftest import REPO
 ])
 def test_l0drop_decoding_benchmark_refuses_bad_options(capsys, monkeypatch, tmp_path, args, msg):
     """Options that cannot be honoured stop the run (argparse's exit 2) before any model is built."""
-    monkeypatch.syspath_prepend(os.path.join(REPO, "benchmarks"))  # undone after the test
-    bench = importlib.import_module("l0drop_decoding")
+    bench = importlib.import_module("fairseq_sparse.benchmarks.l0drop_decoding")
     args = [str(tmp_path / a) if a.startswith("NO") else a for a in args]
     with pytest.raises(SystemExit) as e:
         bench.parse_args(args)

@@ -8,7 +8,6 @@ from argparse import Namespace
 import pytest
 import torch
 
-from conftest import REPO
 from fairseq_sparse.cli import common
 from fairseq_sparse.recipe import commands, speed
 from fairseq_sparse.recipe.evaluation import Evaluation
@@ -96,8 +95,7 @@ BENCHMARKS = ("l0drop_decoding", "composed", "head_pruning", "simplified_decoder
 
 @pytest.fixture
 def benchmark(monkeypatch):
-    monkeypatch.syspath_prepend(os.path.join(REPO, "benchmarks"))  # undone after the test
-    return lambda name: importlib.import_module(name)
+    return lambda name: importlib.import_module(f"fairseq_sparse.benchmarks.{name}")
 
 
 @pytest.mark.parametrize("name", BENCHMARKS)

@@ -499,7 +499,7 @@ def test_compacted_encoder_counts_the_dummy_in_self_attention():
 
 
 def test_int8_keeps_the_gates_float32_and_prunes_the_same_states():
-    """fairseq_sparse.export.quantise_int8 (fairseq-sparse-export --int8, benchmarks/composed.py's *_int8):
+    """fairseq_sparse.export.quantise_int8 (fairseq-sparse-export --int8, fairseq_sparse/benchmarks/composed.py's *_int8):
     every Linear int8 but the L0Drop gates' projections; on this batch the int8 model closes the float model's
     states (its gates read the int8 layers' outputs, so states near a closing point could flip)."""
     from torch import nn

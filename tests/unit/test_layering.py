@@ -6,6 +6,8 @@
   (checkpoint reading): no criterion, model, optimiser or task internals, no tool;
 * a tool imports no other tool: cli/common.py is the tools' shared helper (and imports no tool), the recipe
   imports no cli module but cli/common.py, and no cli module imports the recipe;
+* the benchmarks (fairseq_sparse.benchmarks) sit on top: they may import any layer, and nothing but a benchmark
+  imports them (the recipe runs them with ``python -m``);
 * no import cycle in the package, counting imports inside functions too (one there only hides a cycle until a
   refactoring moves it to the top).
 """
@@ -45,7 +47,7 @@ def imported(source, name, is_package):
             yield node.args[0].value
 
 
-TOOLS_AND_LIBRARY = ("analysis", "cli", "recipe")
+TOOLS_AND_LIBRARY = ("analysis", "cli", "recipe", "benchmarks")
 
 
 def part(name, i):
@@ -55,7 +57,7 @@ def part(name, i):
 
 
 def layer(name):
-    """analysis / cli / recipe, core for the rest of the package, None outside it."""
+    """analysis / cli / recipe / benchmarks, core for the rest of the package, None outside it."""
     if name.split(".")[0] != PACKAGE:
         return None
     return part(name, 1) if part(name, 1) in TOOLS_AND_LIBRARY else "core"
@@ -68,7 +70,9 @@ def violations(name, targets):
         sub, tool = part(t, 1), part(t, 2)
         if layer(t) is None or t == name:
             continue
-        if own == "core" and sub in TOOLS_AND_LIBRARY:
+        if sub == "benchmarks" and own != "benchmarks":
+            out.append(f"{name} imports a benchmark: {t}")
+        elif own == "core" and sub in TOOLS_AND_LIBRARY:
             out.append(f"{name} (core) imports {t}")
         elif own == "analysis" and sub in CORE + ("cli", "recipe") and sub != "modules":
             out.append(f"{name} (analysis) imports {t}: only analysis, modules/ and the top-level modules")
@@ -118,6 +122,11 @@ def test_layers_point_one_way():
     ("fairseq_sparse.recipe.main", "from ..cli.a import f", True),
     ("fairseq_sparse.recipe.main", "from ..cli.common import ToolError", False),
     ("fairseq_sparse.recipe.main", "from . import corpus\nfrom ..analysis import scores", False),
+    ("fairseq_sparse.recipe.speed", "from ..benchmarks import composed", True),
+    ("fairseq_sparse.models.x", "from fairseq_sparse.benchmarks.bench_common import USER_DIR", True),
+    ("fairseq_sparse.analysis.x", "from ..benchmarks import bench_common", True),
+    ("fairseq_sparse.benchmarks.composed", "from fairseq_sparse.benchmarks import bench_common\n"
+     "from fairseq_sparse.recipe.commands import model_flags\nfrom fairseq_sparse.cli.common import ToolError", False),
 ])
 def test_the_rules_catch_upward_and_sideways_imports(name, source, bad):
     assert bool(violations(name, imported(source, name, False))) == bad

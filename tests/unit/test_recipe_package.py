@@ -396,39 +396,21 @@ def test_a_trained_models_key_is_its_command_line_without_the_budget():
         "--lr 0.0005 (this run: 0.001)", "--seed (none) (this run: 2)"]
 
 
-def test_the_speed_step_refuses_before_work_where_the_benchmark_scripts_are_missing(tmp_path, monkeypatch, capsys):
-    """A wheel install has no benchmarks/: --steps with speed is refused at once, naming the missing scripts;
-    the benchmarks whose results are there already are not run, so their scripts are not needed."""
-    from fairseq_sparse.recipe import paths, speed
-    from fairseq_sparse.recipe.options import parse_args
+def test_the_speed_step_runs_the_packages_benchmark_modules(tmp_path):
+    """The speed step runs fairseq_sparse.benchmarks' modules with python -m (an install from a wheel has them as a
+    clone does), each of them a module of the package."""
+    import importlib.util
+    import sys
 
-    assert paths.missing_benchmarks() == []  # this checkout has them all
-    assert speed.BENCHMARKS == paths.BENCHMARKS and set(paths.SPEED_SCRIPTS) == {"l0drop", "heads", "simplified"}
-    monkeypatch.setattr(paths, "BENCHMARKS", str(tmp_path / "benchmarks"))
-    work = tmp_path / "work"
-    argv = ["--corpus", "c", "-s", "en", "-t", "de", "--work-dir", str(work), "--steps"]
-    with pytest.raises(SystemExit):
-        parse_args(argv + ["baseline,speed"])
-    err = capsys.readouterr().err
-    assert "the step speed runs benchmark scripts that only a clone of the repository has" in err
-    for f in ("l0drop_decoding.py", "head_pruning.py", "simplified_decoder.py", "bench_common.py"):
-        assert os.path.join(str(tmp_path / "benchmarks"), f) in err
-    assert not work.exists()  # nothing made
-    assert parse_args(argv + ["baseline"]).steps == "baseline"  # no speed step: no benchmark needed
-    (work / "speed").mkdir(parents=True)
-    for name in paths.SPEED_SCRIPTS:
-        (work / "speed" / f"{name}.json").write_text("{}")
-    assert parse_args(argv + ["speed"]).steps == "speed"  # every benchmark has run already
-
-
-def test_the_speed_step_runs_the_benchmark_scripts_the_check_looks_for(tmp_path):
     from fairseq_sparse.recipe import paths
     from fairseq_sparse.recipe.speed import benchmark_runs
 
     (tmp_path / "dict.en.txt").write_text("a 1\nb 1\n")
     runs = benchmark_runs(options(), WorkDir(str(tmp_path / "work")), str(tmp_path))
-    assert [(name, cmd[1]) for name, _, cmd in runs] == [
-        (name, os.path.join(paths.BENCHMARKS, script)) for name, script in paths.SPEED_SCRIPTS.items()]
+    assert [(name, cmd[:3]) for name, _, cmd in runs] == [
+        (name, [sys.executable, "-m", module]) for name, module in paths.SPEED_MODULES.items()]
+    assert set(paths.SPEED_MODULES) == {"l0drop", "heads", "simplified"}
+    assert all(importlib.util.find_spec(module) for module in paths.SPEED_MODULES.values())
 
 
 def test_runs_side_by_side_writing_one_file_never_collide(tmp_path):

@@ -33,7 +33,7 @@ With ``--path CKPT --data DIR`` the sources are the ``--gen-subset`` sentences o
 and cut into pieces of the benchmark lengths (random tokens if that subset is missing), and the
 sparsity is whatever the checkpoint's gates give.
 
-Timing (the rules of benchmarks/bench_common.py): for each source length one fresh subprocess loads
+Timing (the rules of fairseq_sparse/benchmarks/bench_common.py): for each source length one fresh subprocess loads
 all variants (and the unpruned model on the short source, below), runs ``--warmup`` generates per
 variant (whose hypotheses are the ones compared), then ``--repeats`` interleaved rounds that time one
 generate per variant, in an order rotated every round, so that load changes on a shared machine hit
@@ -58,21 +58,19 @@ the memory's actual shrinkage 1 - T'/N (T' = 1 + max kept states in the batch: t
 state and padding to the longest kept sequence are attended too).
 
 Usage:
-  python benchmarks/l0drop_decoding.py                      # CPU, full settings (quiet machine)
-  python benchmarks/l0drop_decoding.py --threads 1 --clock cpu   # the same on a shared, busy machine (~16 min)
-  python benchmarks/l0drop_decoding.py --quick --threads 1 --clock cpu   # about 2.5 minutes
-  python benchmarks/l0drop_decoding.py --device cuda --fp16
-  python benchmarks/l0drop_decoding.py --path ckpt.pt --data data-bin --json out.json
+  python -m fairseq_sparse.benchmarks.l0drop_decoding                      # CPU, full settings (quiet machine)
+  python -m fairseq_sparse.benchmarks.l0drop_decoding --threads 1 --clock cpu   # the same on a shared, busy machine (~16 min)
+  python -m fairseq_sparse.benchmarks.l0drop_decoding --quick --threads 1 --clock cpu   # about 2.5 minutes
+  python -m fairseq_sparse.benchmarks.l0drop_decoding --device cuda --fp16
+  python -m fairseq_sparse.benchmarks.l0drop_decoding --path ckpt.pt --data data-bin --json out.json
 """
 import argparse
 import gc
 import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_common  # noqa: E402
-from bench_common import fmt, print_header  # noqa: E402
+from fairseq_sparse.benchmarks import bench_common
+from fairseq_sparse.benchmarks.bench_common import fmt, print_header
 
 VARIANTS = ("stock", "shared", "unpruned", "pruned")
 
@@ -122,7 +120,7 @@ def check_args(p, args):
 
         if not describe_checkpoint(args.path)["gates"]["l0drop"]:
             p.error(f"--path {args.path}: no L0Drop gates and no encoder-output pattern, so nothing for pruned "
-                    "decoding to shorten (a stock or head-gate checkpoint: benchmarks/head_pruning.py)")
+                    "decoding to shorten (a stock or head-gate checkpoint: fairseq_sparse/benchmarks/head_pruning.py)")
     high = None if args.path else bench_common.MAX_POSITIONS  # a checkpoint's own limit shows when it loads
     args._length_list = bench_common.int_list(p, "--lengths", args.lengths, low=2)
     for n in args._length_list:
@@ -298,7 +296,7 @@ def run_child(args, mode, workdir, **spec):
     spec.update({"mode": mode, "data": spec.get("data"), "batch_size": args.batch_size, "beam": args.beam,
                  "out_len": args.out_len, "repeats": args.repeats, "warmup": args.warmup, "device": args.device,
                  "fp16": args.fp16, "threads": args.threads, "clock": args.clock, "seed": args.seed, "gen_subset": args.gen_subset})
-    return bench_common.run_child(__file__, workdir, spec)
+    return bench_common.run_child(__spec__.name, workdir, spec)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 SequenceGenerator, side by side in one run, on the same models and inputs.
 
 For each model (``--models``: ``stock``, fairseq's own transformer; ``l0drop``, transformer_l0drop with pruned
-decoding and its gates closed for ``--sparsity`` of the source states, as benchmarks/l0drop_decoding.py closes
+decoding and its gates closed for ``--sparsity`` of the source states, as fairseq_sparse/benchmarks/l0drop_decoding.py closes
 them; ``l0drop_full``, the same weights with pruned decoding off: the full memory), batch size and source length,
 the searches decode the same batch of random sources:
 
@@ -17,24 +17,23 @@ the searches decode the same batch of random sources:
 The output length is forced (``min_len = max_len = --out-len``), so all run the same number of steps; their
 hypotheses must be fairseq's in fp32 (checked: the share of sentences with fairseq's n-best, and the largest score
 difference, are printed; in fp16 they say what rounding changes). Interleaved timing rounds in an
-order rotated every round (benchmarks/bench_common.py), the median per search and the median of the per-round
+order rotated every round (fairseq_sparse/benchmarks/bench_common.py), the median per search and the median of the per-round
 ratios to fairseq; the spread of those ratios says how noisy the run was. On CUDA also: the memory
 (``torch.cuda.max_memory_allocated`` during one generate, the first, which captures the graph) and the GPU kernel time
 per step (``torch.profiler``, one generate) beside the wall time per step: a step whose kernels take much less than
 its wall time is bound by the host, not the device.
 
 Usage:
-  python benchmarks/fixed_shape_search.py --quick --threads 1 --clock cpu     # about a minute on 2 cores
-  python benchmarks/fixed_shape_search.py --device cuda --fp16 --batch-sizes 1,64 --lengths 25,400,1000
+  python -m fairseq_sparse.benchmarks.fixed_shape_search --quick --threads 1 --clock cpu     # about a minute on 2 cores
+  python -m fairseq_sparse.benchmarks.fixed_shape_search --device cuda --fp16 --batch-sizes 1,64 --lengths 25,400,1000
 """
 import argparse
 import os
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_common  # noqa: E402
-from bench_common import print_header  # noqa: E402
+from fairseq_sparse.benchmarks import bench_common
+from fairseq_sparse.benchmarks.bench_common import print_header
 
 MODELS = ("stock", "l0drop", "l0drop_full")
 SEARCHES = ("fairseq", "fixed_shape", "fixed_eager", "fixed_indirect")

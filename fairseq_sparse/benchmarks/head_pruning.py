@@ -41,7 +41,7 @@ The weights are random (transformer-base by default: 6+6 layers, dim 512, 8 head
 vocabulary 8k from a dummy dictionary, no corpus needed): decoding speed does not depend on the values,
 only on the shapes, and the output length is forced: ``min_len = max_len = --out-len`` (60 tokens +
 EOS) via SequenceGenerator(max_len_a=0, max_len_b=out_len, min_len=out_len), as
-benchmarks/l0drop_decoding.py does, so every variant runs the same number of beam steps on the same
+fairseq_sparse/benchmarks/l0drop_decoding.py does, so every variant runs the same number of beam steps on the same
 number of hypotheses. All sources have ``--src-len`` tokens (EOS included; random words).
 
 Correctness check (printed, not timed): on the first ``--check-batch`` sentences, each pruned variant
@@ -49,7 +49,7 @@ must give the same hypotheses (tokens) and scores (to 1e-4) as a copy of the ful
 those heads masked (``set_head_masks``, the xi_h = 0 of Michel et al. 2019, Eq. 1), and the same log-probabilities
 when teacher-forced on those hypotheses (max |diff| printed).
 
-Timing (the rules of benchmarks/bench_common.py): one process holds all variants. Per batch size:
+Timing (the rules of fairseq_sparse/benchmarks/bench_common.py): one process holds all variants. Per batch size:
 ``--warmup`` generates per variant, one more per variant whose peak memory is measured (see below;
 ``--no-memory`` skips it), then ``--repeats`` interleaved rounds that time one generate per variant, in
 an order rotated every round; medians per variant, every ratio also paired (the median of the per-round
@@ -65,12 +65,12 @@ RSS, reset through /proc/self/clear_refs just before the generate, after gc and 
 VmRSS at that moment; on CUDA, max_memory_allocated minus memory_allocated.
 
 Usage:
-  python benchmarks/head_pruning.py                                  # base model, batch 1,16,64, beam 4
-  python benchmarks/head_pruning.py --clock cpu                       # the same on a busy shared machine
-  python benchmarks/head_pruning.py --quick                           # smoke run, ~2 min (base) on 2 busy cores
-  python benchmarks/head_pruning.py --quick --size tiny --repeats 1   # seconds: does it run?
-  python benchmarks/head_pruning.py --size iwslt --from-mask mask.json --json out.json
-  python benchmarks/head_pruning.py --device cuda --fp16 --batch-sizes 1,16,64,128
+  python -m fairseq_sparse.benchmarks.head_pruning                                  # base model, batch 1,16,64, beam 4
+  python -m fairseq_sparse.benchmarks.head_pruning --clock cpu                       # the same on a busy shared machine
+  python -m fairseq_sparse.benchmarks.head_pruning --quick                           # smoke run, ~2 min (base) on 2 busy cores
+  python -m fairseq_sparse.benchmarks.head_pruning --quick --size tiny --repeats 1   # seconds: does it run?
+  python -m fairseq_sparse.benchmarks.head_pruning --size iwslt --from-mask mask.json --json out.json
+  python -m fairseq_sparse.benchmarks.head_pruning --device cuda --fp16 --batch-sizes 1,16,64,128
 """
 import argparse
 import copy
@@ -82,9 +82,8 @@ import tempfile
 import time
 from collections import OrderedDict
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_common  # noqa: E402
-from bench_common import fmt, pct, print_header  # noqa: E402
+from fairseq_sparse.benchmarks import bench_common
+from fairseq_sparse.benchmarks.bench_common import fmt, pct, print_header
 
 PRESETS = ("base", "iwslt", "small", "tiny")  # of bench_common.SIZES
 TYPES = ("enc", "dec", "encdec")

@@ -1,5 +1,5 @@
-"""The harness shared by the benchmark scripts (run as ``python benchmarks/<script>.py``); each script keeps
-only what it measures.
+"""The harness shared by the benchmarks (each run as ``python -m fairseq_sparse.benchmarks.NAME``); each benchmark
+keeps only what it measures.
 
 Timing rules of every benchmark: the variants compared are measured side by side in one process, in
 interleaved rounds whose order rotates every round (ABC, BCA, CAB, ...), so that load changes on a shared
@@ -27,8 +27,8 @@ import sys
 import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-USER_DIR = os.path.join(REPO, "fairseq_sparse")
+#: the plugin package (fairseq's --user-dir)
+USER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAX_POSITIONS = 2048  # --max-source/target-positions of the random models (sources of up to 2,000 tokens)
 #: sentences in the random models' gate-calibration batch (on the CPU, whatever the benchmark's batch: at
 #: batch 64 and 1,000 tokens the composed benchmark spent over 2 minutes calibrating on the GPU machine's CPU)
@@ -45,10 +45,6 @@ SIZES = {
 SIZE_FIELDS = ("layers", "dim", "heads", "ffn", "vocab")
 SIZE_HELP = {"layers": "encoder and decoder layers", "dim": "embedding dim", "heads": "attention heads per layer",
              "ffn": "FFN dim", "vocab": "joined vocabulary size"}
-
-if REPO not in sys.path:
-    sys.path.insert(0, REPO)
-
 
 # ---------------------------------------------------------------------------------------------
 # options
@@ -237,12 +233,12 @@ def finish(args, started, meta, results):
 # measuring children: one fresh process per measurement
 # ---------------------------------------------------------------------------------------------
 
-def run_child(script, workdir, spec):
-    """Run ``script --_child SPEC`` (one measurement in a fresh process) and return the JSON it wrote;
+def run_child(module, workdir, spec):
+    """Run ``python -m MODULE --_child SPEC`` (one measurement in a fresh process) and return the JSON it wrote;
     its output tail and a clear error if it failed."""
     out = os.path.join(workdir, f"child_{spec['mode']}_{spec.get('variant', 'all')}_{spec['length']}.json")
     spec = dict(spec, out=out)
-    proc = subprocess.run([sys.executable, os.path.abspath(script), "--_child", json.dumps(spec)],
+    proc = subprocess.run([sys.executable, "-m", module, "--_child", json.dumps(spec)],
                           capture_output=True, text=True)
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-6000:])

@@ -26,7 +26,7 @@ registries from a fairseq-train command line:
     (fairseq's Adam), dropout 0.1, on one fixed synthetic batch of ``--train-tokens`` target tokens
     (sentences of ``--src-len`` source and ``--tgt-len`` target tokens). Words/s = target tokens / time.
 
-Timing (the rules of benchmarks/bench_common.py): ``--warmup`` untimed runs per variant (the first Adam
+Timing (the rules of fairseq_sparse/benchmarks/bench_common.py): ``--warmup`` untimed runs per variant (the first Adam
 step allocates its state), one untimed run per variant whose peak memory is taken (bench_common.PeakMemory:
 CPU peak-RSS increase, CUDA allocated; ``--no-memory`` skips it), then ``--repeats`` interleaved rounds
 that time one run per variant in an order rotated every round, so machine load hits all variants alike.
@@ -46,11 +46,11 @@ has the machine to itself), and the sentences/s that fairseq-generate logs (real
 lengths, so the two models do different amounts of work there).
 
 Usage:
-  python benchmarks/simplified_decoder.py                          # base speed + BLEU (~20 min on 2 cores)
-  python benchmarks/simplified_decoder.py --clock cpu --no-bleu    # speed only, on a busy shared machine
-  python benchmarks/simplified_decoder.py --variants standard,simplified,sem-ifm,simplified-sem-ifm
-  python benchmarks/simplified_decoder.py --quick                  # smoke run (seconds)
-  python benchmarks/simplified_decoder.py --device cuda --fp16 --train-tokens 8000 --batch-size 64
+  python -m fairseq_sparse.benchmarks.simplified_decoder                          # base speed + BLEU (~20 min on 2 cores)
+  python -m fairseq_sparse.benchmarks.simplified_decoder --clock cpu --no-bleu    # speed only, on a busy shared machine
+  python -m fairseq_sparse.benchmarks.simplified_decoder --variants standard,simplified,sem-ifm,simplified-sem-ifm
+  python -m fairseq_sparse.benchmarks.simplified_decoder --quick                  # smoke run (seconds)
+  python -m fairseq_sparse.benchmarks.simplified_decoder --device cuda --fp16 --train-tokens 8000 --batch-size 64
 """
 import argparse
 import os
@@ -62,9 +62,8 @@ import tempfile
 import time
 from collections import OrderedDict
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_common  # noqa: E402
-from bench_common import REPO, USER_DIR, fmt, pct, print_header  # noqa: E402
+from fairseq_sparse.benchmarks import bench_common
+from fairseq_sparse.benchmarks.bench_common import USER_DIR, fmt, pct, print_header
 
 BIN = os.path.dirname(sys.executable)
 PRESETS = ("base", "big", "tiny")  # of bench_common.SIZES
@@ -274,7 +273,7 @@ def run_logged(cmd, log, env):
     with open(log, "w") as f:
         f.write(" ".join(cmd) + "\n")
         f.flush()
-        return subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+        return subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
 
 
 def wait_all(procs):

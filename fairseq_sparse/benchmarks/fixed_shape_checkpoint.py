@@ -11,8 +11,8 @@ sacrebleu (13a) of the D- lines against the T- lines, so pass the data's post-pr
 (e.g. ``--remove-bpe --tokenizer moses``) to score detokenised text.
 
 Usage:
-  python benchmarks/fixed_shape_checkpoint.py DATA_BIN --path CKPT --generate-args "-s en -t de --remove-bpe"
-  python benchmarks/fixed_shape_checkpoint.py DATA_BIN --path CKPT --device cuda --fp16 --json out.json
+  python -m fairseq_sparse.benchmarks.fixed_shape_checkpoint DATA_BIN --path CKPT --generate-args "-s en -t de --remove-bpe"
+  python -m fairseq_sparse.benchmarks.fixed_shape_checkpoint DATA_BIN --path CKPT --device cuda --fp16 --json out.json
 """
 import argparse
 import os
@@ -22,11 +22,9 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_common  # noqa: E402
+from fairseq_sparse.benchmarks import bench_common
 
 SEARCHES = {"fairseq": "translation", "fixed_shape": "translation_fixed_shape"}
-USER_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fairseq_sparse")
 
 
 def parse_args(argv=None):
@@ -72,7 +70,7 @@ def parse_args(argv=None):
 
 def command(args, search, fp16):
     exe = os.path.join(os.path.dirname(sys.executable), "fairseq-generate")
-    return ([exe, args.data, "--user-dir", USER_DIR, "--path", args.path, "--gen-subset", args.gen_subset,
+    return ([exe, args.data, "--user-dir", bench_common.USER_DIR, "--path", args.path, "--gen-subset", args.gen_subset,
              "--task", SEARCHES[search], "--beam", str(args.beam), "--batch-size", str(args.batch_size),
              "--required-batch-size-multiple", "1"] + (["--cpu"] if args.device == "cpu" else [])
             + (["--fp16"] if fp16 else []) + shlex.split(args.generate_args)
