@@ -550,6 +550,16 @@ def fmt(x, spec="{:.2f}"):
     return "-" if x is None else spec.format(x)
 
 
+def memory_cell(r, cuda):
+    """A variant's memory column: its CUDA peak MB, or on the CPU its peak RSS MB with the RSS after loading in
+    parentheses ("-" where the memory child did not run)."""
+    if cuda:
+        return fmt(r.get("cuda_peak_mb"), "{:.0f}")
+    if not r.get("peak_rss_mb"):
+        return "-"
+    return f"{fmt(r.get('peak_rss_mb'), '{:.0f}')} ({fmt(r.get('rss_loaded_mb'), '{:.0f}')})"
+
+
 def pct(x):
     """A speed ratio as a change: 1.12 -> +12.0%."""
     return "-" if x is None else f"{x - 1:+.1%}"

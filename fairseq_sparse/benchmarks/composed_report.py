@@ -84,6 +84,17 @@ def summarise(args, timing, memory):
     return rows
 
 
+def variant_line(v, r, cuda):
+    """One variant's row of the printed table."""
+    enc_rows = "/".join(str(n) for n in r["enc_rows"]) if r.get("enc_rows") else "-"
+    pred_ms = r["traffic"]["copies"]["time_s"] * 1e3 if r["traffic"] else None
+    return (f"{v:>15} {r['time_s']:>8.3f} {r['vs_stock']:>7.2f}x {r['vs_stock_paired']:>7.2f}x "
+            f"{fmt(r['bound'], '{:.2f}x'):>6} {fmt(r['vs_stock_bytes'], '{:.2f}x'):>6} "
+            f"{fmt(r['vs_stock_bytes_copies'], '{:.2f}x'):>7} {fmt(pred_ms, '{:.3g}'):>7} "
+            f"{fmt(r.get('sparsity'), '{:.1%}'):>8} {enc_rows:>16} "
+            f"{fmt(r.get('memory_len'), '{}'):>6}  {bench_common.memory_cell(r, cuda)}")
+
+
 def print_report(args, rows, meta):
     print()
     print(f"Composed model benchmark: {meta['model']}")
@@ -110,18 +121,7 @@ def print_report(args, rows, meta):
                      f"{'bytes':>6} {'+copies':>7} {'pred ms':>7} {'sparsity':>8} {'encoder rows':>16} {'memory':>6}  "
                      f"{mem_name}")
         for v, r in row["variants"].items():
-            if args.device == "cuda":
-                mem = fmt(r.get("cuda_peak_mb"), "{:.0f}")
-            else:
-                mem = (f"{fmt(r.get('peak_rss_mb'), '{:.0f}')} ({fmt(r.get('rss_loaded_mb'), '{:.0f}')})"
-                       if r.get("peak_rss_mb") else "-")
-            enc_rows = "/".join(str(n) for n in r["enc_rows"]) if r.get("enc_rows") else "-"
-            pred_ms = r["traffic"]["copies"]["time_s"] * 1e3 if r["traffic"] else None
-            print(f"{v:>15} {r['time_s']:>8.3f} {r['vs_stock']:>7.2f}x {r['vs_stock_paired']:>7.2f}x "
-                  f"{fmt(r['bound'], '{:.2f}x'):>6} {fmt(r['vs_stock_bytes'], '{:.2f}x'):>6} "
-                  f"{fmt(r['vs_stock_bytes_copies'], '{:.2f}x'):>7} {fmt(pred_ms, '{:.3g}'):>7} "
-                  f"{fmt(r.get('sparsity'), '{:.1%}'):>8} {enc_rows:>16} "
-                  f"{fmt(r.get('memory_len'), '{}'):>6}  {mem}")
+            print(variant_line(v, r, args.device == "cuda"))
         for v, share in row.get("ts_same_hypotheses", {}).items():
             print(f"{v}: {share:.0%} of the hypotheses identical to {v[:-3]}'s (the eager model it was scripted from)")
         if "pruned_vs_unpruned" in row:

@@ -353,6 +353,23 @@ def summarise(timing, memory):
     return rows
 
 
+def print_legend(args, cuda):
+    """What the columns of :func:`print_report`'s tables mean."""
+    print()
+    print("wall s / cpu s: median wall / process CPU time of SequenceGenerator.generate on the batch; sent/s from the")
+    print(f"{args.clock} time; enc s: the encoder alone (median, {args.clock} time);")
+    print("mem len: source states the decoder attends to: T' = 1 + most kept states in the batch (pruned), N otherwise;")
+    print(f"A/B: time(B) / time(A), {args.clock} time; (paired): median over rounds of the per-round ratio;")
+    print("shared: the stock model with one encoder memory per sentence (--task translation_shared_memory);")
+    print("share = (t_N - t_short) / t_N of the unpruned model, bound = 1 / (1 - share * sparsity);")
+    print("share_dec leaves the encoder out of the growth, bound_dec = 1 / (1 - share_dec * (1 - T'/N));")
+    print("reached = (pruned/unpruned) / bound; gain = (pruned/unpruned - 1) / (bound - 1), the part of the possible")
+    print("gain obtained.")
+    if not cuda and not args.no_memory:
+        print("peak RSS: ru_maxrss of a fresh process that loads one model and runs one generate (model + torch +"
+              " decoding); after load: its RSS before decoding.")
+
+
 def print_report(args, rows, meta):
     cuda = args.device == "cuda"
     print()
@@ -369,11 +386,7 @@ def print_report(args, rows, meta):
             r = row.get(v)
             if not r:
                 continue
-            if cuda:
-                mem = fmt(r.get("cuda_peak_mb"), "{:.0f}")
-            else:
-                mem = (f"{fmt(r.get('peak_rss_mb'), '{:.0f}')} ({fmt(r.get('rss_loaded_mb'), '{:.0f}')})"
-                       if "peak_rss_mb" in r else "-")
+            mem = bench_common.memory_cell(r, cuda)
             name = v if v != "short" else "unpruned"
             note = "  <- short source, for the Amdahl share" if v == "short" else ""
             print(f"{r['length']:>7} {name:>9} {r['wall_s']:>8.3f} {r['cpu_s']:>8.3f} {r['sent_per_s']:>7.2f} {fmt(r['encoder_s'], '{:.3f}'):>6} "
@@ -405,19 +418,7 @@ def print_report(args, rows, meta):
               f"{fmt(row.get('of_bound'), '{:.0%}'):>7} {fmt(row.get('gain_of_bound'), '{:.0%}'):>5} | "
               f"{fmt(row.get('share_dec'), '{:.0%}'):>9} {fmt(row.get('bound_dec'), '{:.2f}x'):>9} "
               f"{fmt(row.get('of_bound_dec'), '{:.0%}'):>7} {fmt(row.get('gain_of_bound_dec'), '{:.0%}'):>5}")
-    print()
-    print("wall s / cpu s: median wall / process CPU time of SequenceGenerator.generate on the batch; sent/s from the")
-    print(f"{args.clock} time; enc s: the encoder alone (median, {args.clock} time);")
-    print("mem len: source states the decoder attends to: T' = 1 + most kept states in the batch (pruned), N otherwise;")
-    print(f"A/B: time(B) / time(A), {args.clock} time; (paired): median over rounds of the per-round ratio;")
-    print("shared: the stock model with one encoder memory per sentence (--task translation_shared_memory);")
-    print("share = (t_N - t_short) / t_N of the unpruned model, bound = 1 / (1 - share * sparsity);")
-    print("share_dec leaves the encoder out of the growth, bound_dec = 1 / (1 - share_dec * (1 - T'/N));")
-    print("reached = (pruned/unpruned) / bound; gain = (pruned/unpruned - 1) / (bound - 1), the part of the possible")
-    print("gain obtained.")
-    if not cuda and not args.no_memory:
-        print("peak RSS: ru_maxrss of a fresh process that loads one model and runs one generate (model + torch +"
-              " decoding); after load: its RSS before decoding.")
+    print_legend(args, cuda)
     meta["noise"] = bench_common.noise_line({f"{v} vs {base}, {row['length']} tokens": (row[base]["times_s"], row[v]["times_s"])
                                              for row in rows for v, base in (("pruned", "unpruned"), ("pruned", "stock"),
                                                                              ("shared", "stock"))

@@ -72,21 +72,8 @@ PAPER_TARGET = 0.11  # Yang et al. 2020, Table 4 (Base): +11.18% .. +12.62% trai
 PAPER_BLEU_DROP = 0.3  # Yang et al. 2020, Table 4: -0.16 / -0.32 BLEU (En-De / En-Fr), +0.91 En-Zh
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    bench_common.add_size_args(p, "--arch-size", PRESETS)
-    p.add_argument("--variants", default="standard,simplified",
-                   help="comma list of standard, simplified, ORDER, simplified-ORDER (ORDER: sem-tem-ifm, "
-                        "sem-ifm); default standard,simplified")
-    p.add_argument("--batch-size", type=int, default=16, help="inference: sentences per generate (default 16)")
-    p.add_argument("--src-len", type=int, default=30, help="source length in tokens, EOS included (default 30)")
-    p.add_argument("--out-len", type=int, default=30, help="inference: forced output length before EOS")
-    p.add_argument("--tgt-len", type=int, default=30, help="training: target length, EOS included")
-    p.add_argument("--train-tokens", type=int, default=2000, help="training: target tokens per batch")
-    p.add_argument("--no-train", action="store_true", help="skip the training-speed part")
-    p.add_argument("--no-infer", action="store_true", help="skip the inference-speed part")
-    bench_common.add_run_args(p, repeats=5, threads=1)
+def add_quality_args(p):
+    """The quality part's options: both decoders trained on a synthetic corpus, BLEU compared."""
     g = p.add_argument_group("quality part")
     g.add_argument("--bleu", dest="bleu", action="store_true", default=None,
                    help="train both decoders on a synthetic corpus and compare BLEU (default on; off with --quick)")
@@ -102,6 +89,24 @@ def parse_args(argv=None):
     g.add_argument("--bleu-max-tokens", type=int, default=2000, help="fairseq-train --max-tokens (default 2000)")
     g.add_argument("--log-interval", type=int, default=50, help="fairseq-train --log-interval (wps samples)")
     g.add_argument("--workdir", help="corpus, data-bin, checkpoints and logs go here (default: a temp dir)")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    bench_common.add_size_args(p, "--arch-size", PRESETS)
+    p.add_argument("--variants", default="standard,simplified",
+                   help="comma list of standard, simplified, ORDER, simplified-ORDER (ORDER: sem-tem-ifm, "
+                        "sem-ifm); default standard,simplified")
+    p.add_argument("--batch-size", type=int, default=16, help="inference: sentences per generate (default 16)")
+    p.add_argument("--src-len", type=int, default=30, help="source length in tokens, EOS included (default 30)")
+    p.add_argument("--out-len", type=int, default=30, help="inference: forced output length before EOS")
+    p.add_argument("--tgt-len", type=int, default=30, help="training: target length, EOS included")
+    p.add_argument("--train-tokens", type=int, default=2000, help="training: target tokens per batch")
+    p.add_argument("--no-train", action="store_true", help="skip the training-speed part")
+    p.add_argument("--no-infer", action="store_true", help="skip the inference-speed part")
+    bench_common.add_run_args(p, repeats=5, threads=1)
+    add_quality_args(p)
     p.add_argument("--quick", action="store_true",
                    help="smoke run: tiny sizes, 2 repeats, short sequences; with --bleu a tiny corpus, 30 updates")
     args = p.parse_args(argv)

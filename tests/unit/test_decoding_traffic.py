@@ -1,12 +1,8 @@
 """The bytes-per-step model of decoding (fairseq_sparse/analysis/decoding_traffic.py): its closed forms term by
 term, its parameter counts against real fairseq models built in-process at a tiny size, and the prediction
 it exists for (a shared, pruned memory pays at batch 64 on long inputs, not at batch 1). No timing."""
-import importlib
-import os
-
 import pytest
 
-from conftest import REPO
 from fairseq_sparse.analysis import decoding_traffic as dt
 
 BASE = dt.ModelShape.uniform(layers=6, dim=512, heads=8, ffn=2048, vocab=32000)
@@ -122,25 +118,14 @@ def test_refuses_what_it_cannot_describe():
         generate(bandwidth=0)
 
 
-@pytest.fixture(scope="module")
-def composed_bench():
-    import sys
-
-    sys.path.insert(0, os.path.join(REPO, "benchmarks"))
-    try:
-        yield importlib.import_module("composed")
-    finally:
-        sys.path.remove(os.path.join(REPO, "benchmarks"))
-
-
 @pytest.mark.parametrize("variant", ["stock", "heads", "simplified", "composed"])
-def test_parameter_counts_agree_with_a_real_fairseq_model(tmp_path, composed_bench, variant):
+def test_parameter_counts_agree_with_a_real_fairseq_model(tmp_path, variant):
     """The closed form against the parameters of a fairseq model built in-process (tiny: 2+2 layers, dim 64,
     4 heads, FFN 128, vocab 500; heads and composed with 2 of 4 heads kept in every attention)."""
-    import bench_common
+    from fairseq_sparse.benchmarks import bench_common, composed, composed_measure, composed_variants
 
-    args = composed_bench.parse_args(["--size", "tiny", "--variants", "stock"])
-    model, _, _ = bench_common.build_random_model(args, str(tmp_path), composed_bench.arch_flags(args, variant))
+    args = composed.parse_args(["--size", "tiny", "--variants", "stock"])
+    model, _, _ = bench_common.build_random_model(args, str(tmp_path), composed_variants.arch_flags(args, variant))
     kept = 2 if variant in ("heads", "composed") else None
     shape = dt.ModelShape.uniform(layers=2, dim=64, heads=4, ffn=128, vocab=500, kept_heads=kept,
                                   dec_ffn=variant not in ("simplified", "composed"))
@@ -151,5 +136,5 @@ def test_parameter_counts_agree_with_a_real_fairseq_model(tmp_path, composed_ben
     assert dt.encoder_parameters(shape) == sum(p.numel() for n, p in model.encoder.named_parameters()
                                                if "l0drop" not in n)
     # the benchmark reads the same shape off the model
-    read = composed_bench.model_shape(model)
+    read = composed_measure.model_shape(model)
     assert dt.ModelShape(**{k: tuple(v) if isinstance(v, list) else v for k, v in read.items()}) == shape
