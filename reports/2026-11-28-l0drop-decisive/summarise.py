@@ -91,24 +91,53 @@ def keep_earlier(rows, analyses, protocol, earlier):
 TRAIN_PAIRS = 27427  # DDTP en-de's training split; --train-fraction F keeps round(F x 27,427) of them
 
 
-def data_axis(means, updates, target=-0.02):
-    """The relative gap of the freq rule from scratch against the training-set size at one budget (every fraction
-    with a mean), and a least-squares line G = a + b log2(pairs) through them; where the gap closes with more data
-    (b > 0), the size at which the line reaches ``target`` (paper 000's -2%): an extrapolation, said as one."""
-    points = sorted((round(float(key[1:key.index("/")]) * TRAIN_PAIRS), m["relative_gap"])
-                    for key, m in means.items()
-                    if key.endswith(f"/pattern_freq_scratch@{updates}") and m["relative_gap"] is not None)
-    axis = {"updates": updates, "points": [{"pairs": n, "relative_gap": g} for n, g in points]}
-    if len(points) < 3:
-        return axis
-    xs, ys = [math.log2(n) for n, _ in points], [g for _, g in points]
+def updates_per_epoch(out):
+    """{fraction: updates in one pass over its training pairs}, read off a baseline's fairseq-train log (the end of
+    its first epoch); the batches of a fraction do not depend on the seed."""
+    found = {}
+    for name in sorted(os.listdir(out)):
+        m = re.search(r"f([\d.]+)_s\d+$", name)
+        log = os.path.join(out, name, "logs", "baseline.log")
+        if m and os.path.exists(log) and float(m.group(1)) not in found:
+            with open(log) as f:
+                first = re.search(r'"epoch": 1, .*?"train_num_updates": "(\d+)"', f.read())
+            if first:
+                found[float(m.group(1))] = int(first.group(1))
+    return found
+
+
+def line_fit(points, target):
+    """Least squares y = a + b log2(x) through (x, y) points; where y rises with x (b > 0), the x at which the line
+    reaches ``target``: an extrapolation, said as one."""
+    xs, ys = [math.log2(x) for x, _ in points], [y for _, y in points]
     mx, my = statistics.mean(xs), statistics.mean(ys)
     b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
     a = my - b * mx
-    residual = math.sqrt(sum((y - a - b * x) ** 2 for x, y in zip(xs, ys)) / (len(xs) - 2)) if len(xs) > 2 else None
-    axis["fit"] = {"intercept": round(a, 4), "slope_per_doubling": round(b, 4),
-                   "residual_sd": None if residual is None else round(residual, 4),
-                   "pairs_at_target": round(2 ** ((target - a) / b)) if b > 0 else None, "target": target}
+    residual = math.sqrt(sum((y - a - b * x) ** 2 for x, y in zip(xs, ys)) / (len(xs) - 2))
+    return {"intercept": round(a, 4), "slope_per_doubling": round(b, 4), "residual_sd": round(residual, 4),
+            "x_at_target": round(2 ** ((target - a) / b), 1) if b > 0 else None, "target": target}
+
+
+def data_axis(means, per_epoch, target=-0.02):
+    """The relative gap of the freq rule from scratch (mean over seeds) at every (fraction, budget) point, with the
+    training-set size and the passes over it (updates / updates per epoch), and two least-squares lines: against
+    log2(pairs) at 850 updates (the data axis at equal updates), and against log2(passes) over every point."""
+    points = []
+    for key, m in means.items():
+        found = re.fullmatch(r"f([\d.]+)/pattern_freq_scratch@(\d+)", key)
+        if found and m["relative_gap"] is not None:
+            fraction, updates = float(found.group(1)), int(found.group(2))
+            epoch = per_epoch.get(fraction)
+            points.append({"pairs": round(fraction * TRAIN_PAIRS), "updates": updates, "seeds": m["seeds"],
+                           "passes": round(updates / epoch, 2) if epoch else None, "relative_gap": m["relative_gap"]})
+    points.sort(key=lambda p: (p["updates"], p["pairs"]))
+    axis = {"points": points, "updates_per_epoch": {f"{k:g}": v for k, v in sorted(per_epoch.items())}}
+    at_850 = [(p["pairs"], p["relative_gap"]) for p in points if p["updates"] == 850]
+    if len(at_850) >= 3:
+        axis["fit_pairs_at_850"] = line_fit(at_850, target)
+    passes = [(p["passes"], p["relative_gap"]) for p in points if p["passes"]]
+    if len(passes) >= 3:
+        axis["fit_passes"] = line_fit(passes, target)
     return axis
 
 
@@ -156,11 +185,12 @@ def summarise(out, earlier=None):
                              f"stock_bleu_{u}": m["stock"], f"seeds_{u}": len(m["seeds"])})
     for x in protocol:
         headline[f"protocol_{x['protocol']}_relative_gap_pct"] = round(100 * x["relative_gap"], 1)
-    axis = data_axis(means, 850)
-    fit = axis.get("fit")
-    if fit:
-        headline.update({"data_axis_slope_pct_per_doubling": round(100 * fit["slope_per_doubling"], 1),
-                         "data_axis_pairs_at_minus_2pct": fit["pairs_at_target"]})
+    per_epoch = {float(k): v for k, v in (earlier or {}).get("data_axis", {}).get("updates_per_epoch", {}).items()}
+    axis = data_axis(means, {**per_epoch, **updates_per_epoch(out)})
+    for name, fit in (("pairs_at_850", axis.get("fit_pairs_at_850")), ("passes", axis.get("fit_passes"))):
+        if fit:
+            headline[f"fit_{name}_slope_pct_per_doubling"] = round(100 * fit["slope_per_doubling"], 1)
+            headline[f"fit_{name}_at_minus_2pct"] = fit["x_at_target"]
     return {"rows": rows, "means": means, "headline": headline, "gap_analysis": analyses, "protocol": protocol,
             "data_axis": axis}
 
@@ -183,15 +213,20 @@ def main():
               "trained from scratch beside the stock model, DDTP en-de, 3+3 x 128, CPU",
               "updates (both models)", "relative BLEU gap to stock (%)")
     axis = summary["data_axis"]
-    if axis["points"]:
-        line_plot([("freq rule at 0.5 from scratch, seed 1", [p["pairs"] for p in axis["points"]],
-                    [pct(p["relative_gap"]) for p in axis["points"]])],
-                  os.path.join(dest, "relative_gap_vs_pairs.png"),
-                  f"trained from scratch beside the stock model, {axis['updates']} updates, DDTP en-de, 3+3 x 128, CPU",
-                  "training pairs", "relative BLEU gap to stock (%)")
-    print(f"data axis at {axis['updates']} updates: " + ", ".join(
-        f"{p['pairs']} pairs {pct(p['relative_gap']):.1f}%" for p in axis["points"]) + (
-        f"; fit {axis['fit']}" if "fit" in axis else ""))
+    by_budget = {}
+    for p in axis["points"]:
+        by_budget.setdefault(p["updates"], []).append(p)
+    line_plot([(f"{u} updates, freq rule at 0.5 from scratch (mean of seeds)", [p["passes"] for p in ps],
+                [pct(p["relative_gap"]) for p in ps]) for u, ps in sorted(by_budget.items()) if ps[0]["passes"]],
+              os.path.join(dest, "relative_gap_vs_passes.png"),
+              "1/4, 1/2 and all of DDTP en-de's pairs, trained from scratch beside stock, 3+3 x 128, CPU",
+              "passes over the training pairs (epochs)", "relative BLEU gap to stock (%)")
+    for p in axis["points"]:
+        print(f"data axis: {p['pairs']} pairs, {p['updates']} updates, {p['passes']} passes, seeds {p['seeds']}: "
+              f"{pct(p['relative_gap']):.1f}%")
+    for name in ("fit_pairs_at_850", "fit_passes"):
+        if name in axis:
+            print(f"{name}: {axis[name]}")
     print("| pairs | model | updates | seed | stock BLEU | model BLEU | gap | relative | p | sparsity |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for x in summary["rows"]:
