@@ -187,6 +187,9 @@ def summarise(out, earlier=None):
         headline[f"protocol_{x['protocol']}_relative_gap_pct"] = round(100 * x["relative_gap"], 1)
     per_epoch = {float(k): v for k, v in (earlier or {}).get("data_axis", {}).get("updates_per_epoch", {}).items()}
     axis = data_axis(means, {**per_epoch, **updates_per_epoch(out)})
+    for key, name in (("f0.25/pattern_freq_scratch@850", "quarter_850"), ("f0.5/pattern_freq_scratch@850", "half_850")):
+        if key in means and means[key]["relative_gap"] is not None:
+            headline[f"relative_gap_pct_{name}"] = round(100 * means[key]["relative_gap"], 1)
     for name, fit in (("pairs_at_850", axis.get("fit_pairs_at_850")), ("passes", axis.get("fit_passes"))):
         if fit:
             headline[f"fit_{name}_slope_pct_per_doubling"] = round(100 * fit["slope_per_doubling"], 1)
