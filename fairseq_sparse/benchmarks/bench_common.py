@@ -248,15 +248,17 @@ def run_child(module, workdir, spec):
         return json.load(f)
 
 
-def child_main(args, measure_times, measure_memory) -> bool:
-    """In a measuring child (``--_child``): run its measurement, write the JSON, return True."""
-    if not args._child:
-        return False
-    spec = json.loads(args._child)
-    res = measure_times(spec) if spec["mode"] == "times" else measure_memory(spec)
-    with open(spec["out"], "w") as f:
-        json.dump(res, f)
-    return True
+def measure_or_run(args, measure_times, measure_memory, prefix, run):
+    """A benchmark's main: in a measuring child (``--_child``) its one measurement, written as JSON; otherwise
+    ``run(args, workdir)`` in ``--workdir`` or a temporary folder named PREFIX..."""
+    if args._child:
+        spec = json.loads(args._child)
+        res = measure_times(spec) if spec["mode"] == "times" else measure_memory(spec)
+        with open(spec["out"], "w") as f:
+            json.dump(res, f)
+        return
+    with workdir(args.workdir, prefix) as folder:
+        run(args, folder)
 
 
 @contextlib.contextmanager

@@ -248,11 +248,7 @@ def run_child(args, mode, workdir, paths, data, length, **spec):
 
 
 def main(argv=None):
-    args = parse_args(argv)
-    if bench_common.child_main(args, measure_times, measure_memory):
-        return
-    with bench_common.workdir(args.workdir, "composed_bench_") as workdir:
-        run(args, workdir)
+    bench_common.measure_or_run(parse_args(argv), measure_times, measure_memory, "composed_bench_", run)
 
 
 def run(args, workdir):

@@ -428,11 +428,7 @@ def print_report(args, rows, meta):
 
 
 def main(argv=None):
-    args = parse_args(argv)
-    if bench_common.child_main(args, measure_times, measure_memory):
-        return
-    with bench_common.workdir(args.workdir, "l0drop_bench_") as workdir:
-        run(args, workdir)
+    bench_common.measure_or_run(parse_args(argv), measure_times, measure_memory, "l0drop_bench_", run)
 
 
 def run(args, workdir):
