@@ -32,11 +32,11 @@ ROWS = [
     ("the freq rule at 50%, trained sparse from scratch or fine-tuned with the baseline's optimiser continued (the "
      "decisive test of L0Drop's gap)", "within 3% relative of stock at equal updates",
      "from scratch **{d[headline][relative_gap_pct_1700]:+.1f}%** relative ({d[headline][gap_1700]:+.2f} BLEU against "
-     "stock's {d[headline][stock_bleu_1700]:.2f}; 1,700 updates, {d[headline][seeds_1700]} seed) and "
+     "stock's {d[headline][stock_bleu_1700]:.2f}; 1,700 updates, mean of {d[headline][seeds_1700]} seeds) and "
      "{d[headline][relative_gap_pct_850]:+.1f}% at 850 ({d[headline][seeds_850]} seeds); fine-tuned 400 updates from "
-     "that stock model **{d[headline][protocol_continue_relative_gap_pct]:+.1f}%** with its Adam and schedule "
+     "seed 1's stock model **{d[headline][protocol_continue_relative_gap_pct]:+.1f}%** with its Adam and schedule "
      "continued, {d[headline][protocol_fresh_relative_gap_pct]:+.1f}% with a fresh Adam; on a half and a quarter of "
-     "the pairs at 850 updates {d[headline][relative_gap_pct_half_850]:+.1f}% and "
+     "the pairs at 850 updates (seed 1) {d[headline][relative_gap_pct_half_850]:+.1f}% and "
      "{d[headline][relative_gap_pct_quarter_850]:+.1f}%: {d[headline][fit_passes_slope_pct_per_doubling]:+.1f} points "
      "per doubling of the passes over the data, -2% extrapolated at about "
      "{d[headline][fit_passes_at_minus_2pct]:.0f} passes (x128, CPU)", "no: not the protocol; it follows the passes",
