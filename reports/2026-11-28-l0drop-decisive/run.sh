@@ -3,7 +3,7 @@
 # equal updates, then the gap analysis of each pair.
 #   CORPUS=ddtp/en-de OUT=runs/decisive [UPDATES=1700 POINTS=850,1700] reports/2026-11-28-l0drop-decisive/run.sh [PHASE ...]
 # PHASE: s1, s2 (all pairs, seed 1 or 2), half, quarter (1/2 and 1/4 of the pairs, seed 1), l0drop (learned gates
-# from scratch, pressure held back, seed 1), protocol (the freq rule at 0.5 fine-tuned FT_UPDATES (default 600) from
+# from scratch, pressure held back, seed SEED, default 1), protocol (the freq rule at 0.5 fine-tuned FT_UPDATES (default 600) from
 # seed 1's baseline at the end of s1, beside its control, under the continued and the fresh protocol), lr (the fresh
 # protocol at each of LRS, default 1.5e-4 and 1e-3), summary. Each work dir resumes: a phase run again picks up where it
 # stopped, and UPDATES raised later (with POINTS extended) continues the same runs (inverse-sqrt does not depend on
@@ -57,7 +57,7 @@ for phase in "${phases[@]}"; do
     s2) pair 1 2 ;;
     half) pair 0.5 1 ;;
     quarter) pair 0.25 1 ;;
-    l0drop) recipe 1 1 l0drop_scratch; recipe 1 1 gap_analysis,report ;;
+    l0drop) recipe 1 "${SEED:-1}" l0drop_scratch; recipe 1 "${SEED:-1}" gap_analysis,report ;;
     lr) for lr in ${LRS:-1.5e-4 1e-3}; do  # the fresh protocol's learning rate, method and control alike
           finetune fresh 1 baseline "$lr"
           finetune fresh 1 control "$lr" & c=$!
