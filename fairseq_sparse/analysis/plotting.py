@@ -8,12 +8,19 @@ tools (confidence and function of heads, head importance, retained heads)::
 ``values`` is a [layers x heads] array; ``np.nan`` marks a head that does not exist (a physically
 pruned model has fewer heads in some layers) and is drawn as a blank, hatched cell.
 """
+import logging
 import math
 import os
 import textwrap
 from typing import Optional, Sequence
 
-import matplotlib
+# importing fairseq 0.12 sets the root logger to DEBUG (fairseq/models/wav2vec/wav2vec2_classification.py calls
+# logging.basicConfig(level=DEBUG)), and matplotlib then prints hundreds of DEBUG lines (its import, its font manager)
+# in any script that plots after it: matplotlib's logger gets INFO unless somebody gave it a level of its own
+if logging.getLogger("matplotlib").level == logging.NOTSET:
+    logging.getLogger("matplotlib").setLevel(logging.INFO)
+
+import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")  # files only, no display; must precede the pyplot import
 import matplotlib.pyplot as plt  # noqa: E402
