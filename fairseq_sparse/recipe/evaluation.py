@@ -270,8 +270,8 @@ def distinct_outputs(row):
 
 def same_hypotheses(x, y):
     """Whether two decodings gave the same hypotheses, the test sentences (0-based, in id order) where they differ,
-    and the largest score difference."""
-    differ = [i for i, ((h, _), (g, _)) in enumerate(zip(x["hypotheses"], y["hypotheses"])) if h != g]
-    diff = max((abs(s - t) for (_, s), (_, t) in zip(x["hypotheses"], y["hypotheses"])
-                if s is not None and t is not None), default=0.0)
+    and the largest score difference where the hypotheses agree (different outputs differ in score anyway)."""
+    pairs = list(zip(x["hypotheses"], y["hypotheses"]))
+    differ = [i for i, ((h, _), (g, _)) in enumerate(pairs) if h != g]
+    diff = max((abs(s - t) for (h, s), (g, t) in pairs if h == g and s is not None and t is not None), default=0.0)
     return {"identical": not differ, "sentences": len(x["hypotheses"]), "differ": differ, "max_score_difference": diff}

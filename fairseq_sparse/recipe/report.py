@@ -179,7 +179,7 @@ def exactness_lines(results):
                     f"{', '.join(str(i + 1) for i in differ[:5])}{', ...' if len(differ) > 5 else ''} of the test "
                     f"set; pruned decoding is exact in arithmetic, not bit for bit: a beam-search tie within float "
                     f"rounding can go the other way, docs/l0drop.md)")
-        same += f" (largest score difference {e['max_score_difference']:.1e})"
+        same += f" (largest score difference where they agree {e['max_score_difference']:.1e})"
         rates = results.get(f"{name}_layer_sparsity")
         if rates is None:
             lines.append(f"- {BY_NAME[name].summary.split(' (')[0]}: pruned decoding against the full memory: {same}.")

@@ -59,7 +59,9 @@ def test_pruned_decoding_is_exact_and_the_composed_model_is_decoded_both_ways(ru
     # the composed model (simplified decoder + L0Drop between layers + head gates, heads cut out), also decoded
     # with the full memory (its exactness is tested on a model fine-tuned from a converged one in
     # test_head_gates_cli: this one has 20 updates, and its near-tied beams could flip by float noise alone)
-    assert r["composed_exact"]["sentences"] == 25 and r["composed_exact"]["max_score_difference"] >= 0
+    # (at most one such flip), and where the outputs agree their scores agree to float noise
+    e = r["composed_exact"]
+    assert e["sentences"] == 25 and len(e["differ"]) <= 1 and e["max_score_difference"] < 1e-4, e
     assert sorted(r["composed_layer_sparsity"]) == ["l0drop", "l0drop_layer1"]  # one gate between 2 layers
     assert "| composed |" in run.report and "composed: share of source states pruned" in run.report
 
@@ -68,9 +70,12 @@ def test_attention_is_analysed_by_token_type_and_against_gold_alignments(run):
     types = run.results["attention"]["l0drop"]["token_types"]
     assert sum(v["tokens"] for v in types.values()) == sum(
         len(line.split()) for line in (run.work / "tok" / "test.bpe.en").read_text().splitlines())
-    for name in ("control", "attention_reg"):
-        attention = run.results["attention"][name]
-        assert 0 <= attention["aer"] <= 1 and attention["entropy"] >= 0
+    attention = run.results["attention"]
+    assert all(0 <= attention[name]["aer"] <= 1 for name in ("control", "attention_reg")), attention
+    # the minimum-entropy regulariser sharpens the cross-attention against its equal-updates control (a
+    # deterministic run: one thread, seed 1): lower entropy, a larger top weight
+    assert attention["attention_reg"]["entropy"] < attention["control"]["entropy"], attention
+    assert attention["attention_reg"]["max_weight"] > attention["control"]["max_weight"], attention
     for png in ("importance/curve/curve.png", "importance/scores/importance_enc.png", "l0drop/attention/example_0.png"):
         assert (run.work / png).is_file() and f"]({png})" in run.report, png
 
