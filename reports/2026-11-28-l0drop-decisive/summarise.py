@@ -88,6 +88,8 @@ def keep_earlier(rows, analyses, protocol, earlier):
     protocol += [{**x, "kept": True} for x in earlier.get("protocol", []) if (x["protocol"], x["seed"]) not in have]
 
 
+#: the budgets of the four points the passes test's rule (README, 2026-11-28) was written on: 850 and 1,700 updates
+REGISTERED_UPDATES = 1700
 TRAIN_PAIRS = 27427  # DDTP en-de's training split; --train-fraction F keeps round(F x 27,427) of them
 
 
@@ -138,6 +140,14 @@ def data_axis(means, per_epoch, target=-0.02):
     passes = [(p["passes"], p["relative_gap"]) for p in points if p["passes"]]
     if len(passes) >= 3:
         axis["fit_passes"] = line_fit(passes, target)
+    # the passes test's rule was written on the line through the points of at most REGISTERED_UPDATES updates; each
+    # later point is read against what that line predicted for it
+    registered = [(p["passes"], p["relative_gap"]) for p in points if p["passes"] and p["updates"] <= REGISTERED_UPDATES]
+    if len(registered) >= 3:
+        line = axis["fit_passes_registered"] = line_fit(registered, target)
+        axis["predictions"] = [{**p, "predicted": round(line["intercept"] + line["slope_per_doubling"]
+                                                        * math.log2(p["passes"]), 4)}
+                               for p in points if p["passes"] and p["updates"] > REGISTERED_UPDATES]
     return axis
 
 
@@ -216,20 +226,29 @@ def main():
               "trained from scratch beside the stock model, DDTP en-de, 3+3 x 128, CPU",
               "updates (both models)", "relative BLEU gap to stock (%)")
     axis = summary["data_axis"]
-    by_budget = {}
-    for p in axis["points"]:
-        by_budget.setdefault(p["updates"], []).append(p)
-    line_plot([(f"{u} updates, freq rule at 0.5 from scratch (mean of seeds)", [p["passes"] for p in ps],
-                [pct(p["relative_gap"]) for p in ps]) for u, ps in sorted(by_budget.items()) if ps[0]["passes"]],
-              os.path.join(dest, "relative_gap_vs_passes.png"),
-              "1/4, 1/2 and all of DDTP en-de's pairs, trained from scratch beside stock, 3+3 x 128, CPU",
+    by_pairs = {}
+    for p in sorted(axis["points"], key=lambda p: p["passes"] or 0):
+        by_pairs.setdefault(p["pairs"], []).append(p)
+    series = [(f"{n:,} pairs: freq rule at 0.5 from scratch (mean of seeds)", [p["passes"] for p in ps],
+               [pct(p["relative_gap"]) for p in ps]) for n, ps in sorted(by_pairs.items()) if ps[0]["passes"]]
+    line = axis.get("fit_passes_registered")
+    if line:  # drawn from 3 to the most passes measured, at quarter-doublings
+        top = max(p["passes"] for p in axis["points"] if p["passes"])
+        xs = [2 ** (k / 4) for k in range(int(4 * math.log2(3)), int(4 * math.log2(top)) + 2)]
+        series.append(("the rule's line (points of at most 1,700 updates)", xs,
+                       [pct(line["intercept"] + line["slope_per_doubling"] * math.log2(x)) for x in xs]))
+    line_plot(series, os.path.join(dest, "relative_gap_vs_passes.png"),
+              "DDTP en-de, freq rule at 0.5 from scratch vs stock, 3+3 x 128, CPU",
               "passes over the training pairs (epochs)", "relative BLEU gap to stock (%)")
     for p in axis["points"]:
         print(f"data axis: {p['pairs']} pairs, {p['updates']} updates, {p['passes']} passes, seeds {p['seeds']}: "
               f"{pct(p['relative_gap']):.1f}%")
-    for name in ("fit_pairs_at_850", "fit_passes"):
+    for name in ("fit_pairs_at_850", "fit_passes", "fit_passes_registered"):
         if name in axis:
             print(f"{name}: {axis[name]}")
+    for p in axis.get("predictions", []):
+        print(f"passes test: {p['pairs']} pairs, {p['updates']} updates ({p['passes']} passes): predicted "
+              f"{pct(p['predicted']):.1f}%, measured {pct(p['relative_gap']):.1f}%")
     print("| pairs | model | updates | seed | stock BLEU | model BLEU | gap | relative | p | sparsity |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for x in summary["rows"]:
