@@ -77,13 +77,18 @@ def protocol_rows(out):
 
 
 def keep_earlier(rows, analyses, protocol, earlier):
-    """Add the rows of an earlier summary whose pair (fraction, seed) or fine-tuning (protocol, seed) this one lacks."""
-    have = {(x["fraction"], x["seed"]) for x in rows}
+    """Add the rows of an earlier summary whose point (fraction, seed, model, updates) this one lacks (a work dir gone
+    with its machine, or a budget point a later run of the same work dir no longer lists), its gap analyses (a key
+    without "@UPDATES", from before they carried one, is of that run's last point) and its fine-tunings."""
+    have = {(x["fraction"], x["seed"], x["model"], x["updates"]) for x in rows}
+    old = [x for x in earlier.get("rows", []) if (x["fraction"], x["seed"], x["model"], x["updates"]) not in have]
+    rows += [{**x, "kept": True} for x in old]
+    last = {}
     for x in earlier.get("rows", []):
-        if (x["fraction"], x["seed"]) not in have:
-            rows.append({**x, "kept": True})
+        key = f"f{x['fraction']:g}_s{x['seed']}/{x['model']}"
+        last[key] = max(last.get(key, 0), x["updates"])
     for key, g in earlier.get("gap_analysis", {}).items():
-        analyses.setdefault(key, g)
+        analyses.setdefault(key if "@" in key or key not in last else f"{key}@{last[key]}", g)
     have = {(x["protocol"], x["seed"]) for x in protocol}
     protocol += [{**x, "kept": True} for x in earlier.get("protocol", []) if (x["protocol"], x["seed"]) not in have]
 
@@ -162,8 +167,10 @@ def summarise(out, earlier=None):
                              "stock": p["control_score"], "score": p["score"], "gap": p["gap"],
                              "relative_gap": round(p["gap"] / p["control_score"], 4) if p["control_score"] else None,
                              "p_value": p["p_value"], "sparsity": p["l0drop_sparsity"]})
-        for model, g in r.get("gap_analysis", {}).items():
-            analyses[f"f{fraction:g}_s{seed}/{model}"] = gap_summary(g)
+        for model, g in r.get("gap_analysis", {}).items():  # at the control's checkpoint's update count
+            updates = re.search(r"_(\d+)\.pt$", g.get("control_checkpoint", ""))
+            updates = int(updates.group(1)) if updates else max(p["updates"] for p in r["budget"][model])
+            analyses[f"f{fraction:g}_s{seed}/{model}@{updates}"] = gap_summary(g)
         done = {(x["model"], x["updates"]) for x in rows if (x["fraction"], x["seed"]) == (fraction, seed)}
         for p in points:
             if ("pattern_freq_scratch", p["updates"]) in done:
