@@ -21,12 +21,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def pairs(out):
-    """[(fraction, seed, results, points)] of every work dir (OUT/f1_s1, or the device call's gpu_carry/DEC_f1_s1) with
+    """[(fraction, seed, results, points)] of every work dir (OUT/f1_s1, or the device call's gpu_carry/DEC_f1_s1; a
+    suffix such as f0.25_s1_l0drop: a work dir of more models of that pair, its baseline the pair's at their budget) with
     a results.json (the recipe's report: finished runs) or a point_UPDATES.json (evaluate_point.py: a budget point of
     runs that have not finished), in name order."""
     found = []
     for name in sorted(os.listdir(out)):
-        m = re.search(r"f([\d.]+)_s(\d+)$", name)
+        m = re.search(r"f([\d.]+)_s(\d+)(?:_[a-z0-9]+)?$", name)  # f0.25_s1, or f0.25_s1_l0drop: more models of it
         if not m or not os.path.isdir(os.path.join(out, name)):
             continue
         path, points = os.path.join(out, name, "results.json"), []
@@ -204,9 +205,17 @@ def summarise(out, earlier=None):
         headline[f"protocol_{x['protocol']}_relative_gap_pct"] = round(100 * x["relative_gap"], 1)
     per_epoch = {float(k): v for k, v in (earlier or {}).get("data_axis", {}).get("updates_per_epoch", {}).items()}
     axis = data_axis(means, {**per_epoch, **updates_per_epoch(out)})
-    for key, name in (("f0.25/pattern_freq_scratch@850", "quarter_850"), ("f0.5/pattern_freq_scratch@850", "half_850")):
+    for key, name in (("f0.25/pattern_freq_scratch@850", "quarter_850"), ("f0.5/pattern_freq_scratch@850", "half_850"),
+                      ("f0.25/pattern_freq_scratch@2000", "quarter_2000"),
+                      ("f0.25/l0drop_scratch@850", "l0drop_scratch_quarter_850")):
         if key in means and means[key]["relative_gap"] is not None:
             headline[f"relative_gap_pct_{name}"] = round(100 * means[key]["relative_gap"], 1)
+    for x in rows:
+        if (x["fraction"], x["model"], x["updates"]) == (0.25, "l0drop_scratch", 850):
+            headline["pruned_pct_l0drop_scratch_quarter_850"] = round(100 * x["sparsity"], 1)
+    for p in axis.get("predictions", []):
+        headline[f"predicted_pct_{p['pairs']}_{p['updates']}"] = round(100 * p["predicted"], 1)
+        headline[f"passes_{p['pairs']}_{p['updates']}"] = p["passes"]
     for name, fit in (("pairs_at_850", axis.get("fit_pairs_at_850")), ("passes", axis.get("fit_passes"))):
         if fit:
             headline[f"fit_{name}_slope_pct_per_doubling"] = round(100 * fit["slope_per_doubling"], 1)
