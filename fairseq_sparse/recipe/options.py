@@ -225,7 +225,9 @@ def _routes(p):
     g.add_argument("--scratch-budget-points", default="",
                    help="update counts (comma list, rising, at most --baseline-updates) at which the baseline and "
                         "every method trained from scratch (the *_scratch steps) are saved and decoded: their gap at "
-                        "equal updates against the budget")
+                        "equal updates against the budget; a checkpoint is saved every greatest common divisor of "
+                        "the points, and fairseq validates at every save within an epoch: 850,2000 validates every "
+                        "50 updates, 850,1700 every 850")
     g.add_argument("--scratch-pressure-start", type=int, default=None, metavar="U",
                    help="a gated method trained from scratch (l0drop_scratch, heads_all_scratch) feels no sparsity "
                         "pressure before update U (default: a third of --baseline-updates)")
