@@ -5,7 +5,8 @@
 # PHASE: s1, s2 (all pairs, seed 1 or 2), half, quarter (1/2 and 1/4 of the pairs, seed 1), l0drop (learned gates
 # from scratch, pressure held back, seed SEED, default 1), protocol (the freq rule at 0.5 fine-tuned FT_UPDATES (default 600) from
 # seed 1's baseline at the end of s1, beside its control, under the continued and the fresh protocol), lr (the fresh
-# protocol at each of LRS, default 1.5e-4 and 1e-3), summary. Each work dir resumes: a phase run again picks up where it
+# protocol at each of LRS, default 1.5e-4 and 1e-3, from seed SEED's stock model, default 1), summary. START: the
+# stock checkpoint the fine-tunings start from (default checkpoint_last.pt of OUT/f1_sSEED/baseline). Each work dir resumes: a phase run again picks up where it
 # stopped, and UPDATES raised later (with POINTS extended) continues the same runs (inverse-sqrt does not depend on
 # the budget).
 set -euo pipefail
@@ -36,7 +37,7 @@ pair() {  # pair FRACTION SEED: the stock model and the freq rule from scratch, 
 finetune() {  # finetune PROTOCOL SEED STEPS [LR]: fine-tunings from the seed's stock model at its last update
   local work="$OUT/ft_$1_s$2" lr=()
   if [ -n "${4:-}" ]; then work="$OUT/ft_$1_lr$4_s$2"; lr=(--finetune-lr "$4"); fi
-  "$RECIPE" --data-bin "$OUT/f1_s$2/data-bin" --baseline-checkpoint "$OUT/f1_s$2/baseline/checkpoint_last.pt" \
+  "$RECIPE" --data-bin "$OUT/f1_s$2/data-bin" --baseline-checkpoint "$OUT/f1_s$2/baseline/${START:-checkpoint_last.pt}" \
     --work-dir "$work" --seed "$2" -s en -t de --finetune-protocol "$1" --finetune-updates "${FT_UPDATES:-600}" \
     --validate-interval 5 --threads 1 --quiet "${segments[@]}" "${lr[@]}" --steps "$3"
 }
@@ -59,11 +60,11 @@ for phase in "${phases[@]}"; do
     quarter) pair 0.25 1 ;;
     l0drop) recipe 1 "${SEED:-1}" l0drop_scratch; recipe 1 "${SEED:-1}" gap_analysis,report ;;
     lr) for lr in ${LRS:-1.5e-4 1e-3}; do  # the fresh protocol's learning rate, method and control alike
-          finetune fresh 1 baseline "$lr"
-          finetune fresh 1 control "$lr" & c=$!
-          finetune fresh 1 pattern_freq "$lr" & f=$!
+          finetune fresh "${SEED:-1}" baseline "$lr"
+          finetune fresh "${SEED:-1}" control "$lr" & c=$!
+          finetune fresh "${SEED:-1}" pattern_freq "$lr" & f=$!
           wait $c; wait $f
-          finetune fresh 1 gap_analysis,report "$lr"
+          finetune fresh "${SEED:-1}" gap_analysis,report "$lr"
         done ;;
     protocol) protocol 1 ;;
     summary) python3 "$(dirname "$0")/summarise.py" "$OUT" ;;
