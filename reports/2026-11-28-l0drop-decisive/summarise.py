@@ -126,6 +126,11 @@ def line_fit(points, target):
             "x_at_target": round(2 ** ((target - a) / b), 1) if b > 0 else None, "target": target}
 
 
+def line_at(line, x):
+    """The value of a :func:`line_fit` line at x."""
+    return line["intercept"] + line["slope_per_doubling"] * math.log2(x)
+
+
 def data_axis(means, per_epoch, target=-0.02):
     """The relative gap of the freq rule from scratch (mean over seeds) at every (fraction, budget) point, with the
     training-set size and the passes over it (updates / updates per epoch), and two least-squares lines: against
@@ -151,8 +156,7 @@ def data_axis(means, per_epoch, target=-0.02):
     registered = [(p["passes"], p["relative_gap"]) for p in points if p["passes"] and p["updates"] <= REGISTERED_UPDATES]
     if len(registered) >= 3:
         line = axis["fit_passes_registered"] = line_fit(registered, target)
-        axis["predictions"] = [{**p, "predicted": round(line["intercept"] + line["slope_per_doubling"]
-                                                        * math.log2(p["passes"]), 4)}
+        axis["predictions"] = [{**p, "predicted": round(line_at(line, p["passes"]), 4)}
                                for p in points if p["passes"] and p["updates"] > REGISTERED_UPDATES]
     return axis
 
@@ -252,7 +256,7 @@ def main():
         top = max(p["passes"] for p in axis["points"] if p["passes"])
         xs = [2 ** (k / 4) for k in range(int(4 * math.log2(3)), int(4 * math.log2(top)) + 2)]
         series.append(("the rule's line (points of at most 1,700 updates)", xs,
-                       [pct(line["intercept"] + line["slope_per_doubling"] * math.log2(x)) for x in xs]))
+                       [pct(line_at(line, x)) for x in xs]))
     line_plot(series, os.path.join(dest, "relative_gap_vs_passes.png"),
               "DDTP en-de, freq rule at 0.5 from scratch vs stock, 3+3 x 128, CPU",
               "passes over the training pairs (epochs)", "relative BLEU gap to stock (%)")
