@@ -187,7 +187,7 @@ METHODS: Tuple[Method, ...] = (
 )
 
 #: the methods the recipe can also train from random weights (``<name>_scratch``), beside the stock baseline
-SCRATCH_OF = ("l0drop", "heads_all", "pattern_freq", "pattern_pos", "pattern_group")
+SCRATCH_OF = ("l0drop", "l0drop_low", "heads_all", "pattern_freq", "pattern_pos", "pattern_group")
 #: the options of a sparsity pressure (a gated method's): held back until --scratch-pressure-start from scratch
 PRESSURE_OPTIONS = ("--l0drop-target-sparsity", "--head-gates-target-sparsity", "--l0drop-lambda")
 

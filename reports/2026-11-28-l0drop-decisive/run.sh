@@ -3,7 +3,9 @@
 # equal updates, then the gap analysis of each pair.
 #   CORPUS=ddtp/en-de OUT=runs/decisive [UPDATES=1700 POINTS=850,1700] reports/2026-11-28-l0drop-decisive/run.sh [PHASE ...]
 # PHASE: s1, s2 (all pairs, seed 1 or 2), half, quarter (1/2 and 1/4 of the pairs, seed 1), l0drop (learned gates
-# from scratch, pressure held back, seed SEED, default 1), protocol (the freq rule at 0.5 fine-tuned FT_UPDATES (default 600) from
+# from scratch, pressure held back, seed SEED, default 1), gates (the stock model beside MODELS, default the freq rule
+# and learned gates at --l0drop-target 0.5 and --l0drop-target-low 0.3 from scratch, on FRACTION of the pairs,
+# default a quarter, seed SEED), protocol (the freq rule at 0.5 fine-tuned FT_UPDATES (default 600) from
 # seed 1's baseline at the end of s1, beside its control, under the continued and the fresh protocol), lr (the fresh
 # protocol at each of LRS, default 1.5e-4 and 1e-3, from seed SEED's stock model, default 1), summary. START: the
 # stock checkpoint the fine-tunings start from (default checkpoint_last.pt of OUT/f1_sSEED/baseline). Each work dir resumes: a phase run again picks up where it
@@ -27,12 +29,14 @@ recipe() {  # recipe FRACTION SEED STEPS
   if [ "$2" != 1 ] && [ -d "$OUT/f$1_s1/data-bin" ]; then data=(--data-bin "$OUT/f$1_s1/data-bin"); fi
   "$RECIPE" "${data[@]}" --work-dir "$work" --seed "$2" "${common[@]}" --steps "$3"
 }
-pair() {  # pair FRACTION SEED: the stock model and the freq rule from scratch, side by side (one thread each)
-  recipe "$1" "$2" prepare
-  recipe "$1" "$2" baseline & b=$!
-  recipe "$1" "$2" pattern_freq_scratch & f=$!
-  wait $b; wait $f
-  recipe "$1" "$2" gap_analysis,report
+pair() {  # pair FRACTION SEED [MODEL ...]: the stock model and each model from scratch (default: the freq rule),
+          # side by side (one thread each)
+  local fraction=$1 seed=$2 pids=() m
+  shift 2
+  recipe "$fraction" "$seed" prepare
+  for m in baseline "${@:-pattern_freq_scratch}"; do recipe "$fraction" "$seed" "$m" & pids+=($!); done
+  for m in "${pids[@]}"; do wait "$m"; done
+  recipe "$fraction" "$seed" gap_analysis,report
 }
 finetune() {  # finetune PROTOCOL SEED STEPS [LR]: fine-tunings from the seed's stock model at its last update
   local work="$OUT/ft_$1_s$2" lr=()
@@ -59,6 +63,7 @@ for phase in "${phases[@]}"; do
     half) pair 0.5 1 ;;
     quarter) pair 0.25 1 ;;
     l0drop) recipe 1 "${SEED:-1}" l0drop_scratch; recipe 1 "${SEED:-1}" gap_analysis,report ;;
+    gates) pair "${FRACTION:-0.25}" "${SEED:-1}" ${MODELS:-pattern_freq_scratch l0drop_scratch l0drop_low_scratch} ;;
     lr) for lr in ${LRS:-1.5e-4 1e-3}; do  # the fresh protocol's learning rate, method and control alike
           finetune fresh "${SEED:-1}" baseline "$lr"
           finetune fresh "${SEED:-1}" control "$lr" & c=$!
