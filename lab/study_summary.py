@@ -9,8 +9,6 @@ Markdown table for the study's report.
     python3 lab/study_summary.py study.tgz --json reports/DATE-NAME/results.json
 """
 import argparse
-import glob
-import json
 import os
 import statistics
 import sys
@@ -18,61 +16,27 @@ import tarfile
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from fairseq_sparse.recipe.methods import BY_NAME, CONTROL_OF  # noqa: E402
-
-
-def sparsity(name, row, heads):
-    """The model's share pruned: of source states (L0Drop), else of heads closed."""
-    if row.get("l0drop_sparsity") is not None:
-        return {"source_states_pruned": row["l0drop_sparsity"]}
-    if name in heads and heads[name]["total"][1]:
-        kept, total = heads[name]["total"]
-        return {"heads_closed": round(1 - kept / total, 4)}
-    return {}
-
-
-def seed_summary(results):
-    """One work dir's results.json, summarised: every model against its control."""
-    models, significance, heads = results["models"], results.get("significance", {}), results.get("heads", {})
-    timing = results.get("timing", {})
-    rows = {}
-    for name, row in models.items():
-        control = CONTROL_OF.get(name)
-        out = {"score": row["score"], **sparsity(name, row, heads), "parameters": row["parameters"]}
-        if control in models:
-            out.update(control=control, control_score=models[control]["score"],
-                       gap=round(row["score"] - models[control]["score"], 2),
-                       p_value=(significance.get(name) or {}).get("p_value"))
-        if row.get("distinct_outputs") is not None:
-            out["distinct_outputs"] = row["distinct_outputs"]
-        if name in timing:
-            out["updates"], out["updates_per_second"] = timing[name]["updates"], timing[name]["updates_per_second"]
-        rows[name] = out
-    return {"models": rows, "converged": results.get("converged", {}), "lead": results.get("lead"),
-            "stopped": results.get("stopped", {}).get("baseline")}
+from fairseq_sparse.recipe.methods import BY_NAME  # noqa: E402
+from fairseq_sparse.recipe.studies import StudyError, against_controls, results_by_seed  # noqa: E402
 
 
 def summarise(folder):
-    """{seed: seed_summary} of every results.json under FOLDER (a work dir per seed), and each model's mean gap."""
+    """{seed: every model against its control, the baseline's "converged" evidence, the lead baseline, what
+    stopped the baseline} of every recipe work dir under FOLDER, and each model's mean gap over the seeds."""
+    try:
+        found = results_by_seed(folder)
+    except StudyError as e:
+        raise SystemExit(f"study_summary: {e}")
     seeds = {}
-    for path in sorted(glob.glob(os.path.join(folder, "**", "results.json"), recursive=True)):
-        where = os.path.relpath(path, folder)
+    for seed, run in found.items():
+        results = run["results"]
         try:
-            with open(path) as f:
-                results = json.load(f)
-        except ValueError as e:  # cut off, or not JSON
-            raise SystemExit(f"study_summary: {where} is not readable JSON ({e})")
-        if not isinstance(results, dict) or "models" not in results or "settings" not in results:
-            continue  # not a recipe work dir's
-        try:
-            seed = results["settings"]["seed"]
-            if seed in seeds:
-                raise SystemExit(f"study_summary: two work dirs of seed {seed} ({where})")
-            seeds[seed] = {"work": os.path.relpath(os.path.dirname(path), folder),
-                           "metric": results["settings"]["metric"], **seed_summary(results)}
+            seeds[seed] = {"work": run["work"], "metric": results["settings"]["metric"],
+                           "models": against_controls(results), "converged": results.get("converged", {}),
+                           "lead": results.get("lead"), "stopped": results.get("stopped", {}).get("baseline")}
         except (KeyError, TypeError) as e:
-            raise SystemExit(f"study_summary: {where} lacks {e} where the recipe's report writes it (another version, "
-                             "or edited)")
+            raise SystemExit(f"study_summary: {os.path.join(run['work'], 'results.json')} lacks {e} where the "
+                             "recipe's report writes it (another version, or edited)")
     if not seeds:
         raise SystemExit(f"study_summary: no recipe results.json under {folder}")
     mean = {}

@@ -12,30 +12,25 @@ each run's --seed):
     .venv/bin/python reports/2026-11-24-l0drop-gap-pilot-kd/quality_budget_summary.py OUT zero=WORK1 mask=WORK2 ...
 """
 import glob
-import json
 import logging
 import os
 import re
-import statistics
 import sys
 
 logging.getLogger("matplotlib").setLevel(logging.WARNING)  # before matplotlib is imported: its font cache logs
 from fairseq_sparse.analysis.plotting import line_plot  # noqa: E402
+from fairseq_sparse.recipe.studies import StudyError, budget_rows, means, read_results  # noqa: E402
 
 RUN = re.compile(r"kd(?P<distill>[\d.]+)_seed(?P<seed>\d+)$")
 
 
 def budget_results(work):
     """A work dir's results.json if it has a budget table, else None."""
-    path = os.path.join(work, "results.json")
-    if not os.path.isfile(path):
-        return None
     try:
-        with open(path) as f:
-            results = json.load(f)
-    except (OSError, json.JSONDecodeError) as e:
-        sys.exit(f"quality_budget_summary: cannot read {path}: {e}")
-    return results if results.get("budget") else None
+        results = read_results(work)
+    except StudyError as e:
+        sys.exit(f"quality_budget_summary: cannot read {e}")
+    return results if results and results.get("budget") else None
 
 
 def runs(out, labelled=()):
@@ -58,17 +53,14 @@ def runs(out, labelled=()):
 
 
 def budget_points(found):
-    """(method, label, seed, budget point) of every run's budget table."""
-    for label, seed, results in found:
-        for method, points in results["budget"].items():
-            for p in points:
-                yield method, label, seed, p
+    """Every budget point of every run (studies.budget_rows), with its run's label and seed."""
+    return [{**p, "label": label, "seed": seed} for label, seed, results in found for p in budget_rows(results)]
 
 
 def sparsity(point):
     """The share of source states pruned, or of heads closed, at a budget point ("-" where neither)."""
-    if point.get("l0drop_sparsity") is not None:
-        return f"{100 * point['l0drop_sparsity']:.1f}% of the states"
+    if point.get("source_states_pruned") is not None:
+        return f"{100 * point['source_states_pruned']:.1f}% of the states"
     if point.get("heads_closed") is not None:
         return f"{100 * point['heads_closed']:.1f}% of the heads"
     return "-"
@@ -76,25 +68,23 @@ def sparsity(point):
 
 def rows(found):
     """Markdown rows: method, label, updates, then per seed control / method / gap (p) / sparsity."""
-    table = {}
-    for method, label, seed, p in budget_points(found):
-        table.setdefault((method, label, p["updates"]), {})[seed] = p
+    points = budget_points(found)
     lines = []
-    for (method, label, updates), by_seed in sorted(table.items()):
+    for (method, label, updates), mean in means(points, ("model", "label", "updates"), ("gap",)).items():
         cells = [f"{p['control_score']:.2f} / {p['score']:.2f} / {p['gap']:+.2f} (p = {p['p_value']}) / "
-                 f"{sparsity(p)} (seed {seed})" for seed, p in sorted(by_seed.items())]
-        mean = statistics.mean(p["gap"] for p in by_seed.values())
-        lines.append(f"| {method} | {label} | {updates} | {'<br>'.join(cells)} | {mean:+.2f} |")
+                 f"{sparsity(p)} (seed {p['seed']})"
+                 for p in sorted((p for p in points if (p["model"], p["label"], p["updates"]) == (method, label, updates)),
+                                 key=lambda p: p["seed"])]
+        lines.append(f"| {method} | {label} | {updates} | {'<br>'.join(cells)} | {mean['gap']:+.2f} |")
     return lines
 
 
 def series(found):
     """(label, updates, mean gap over seeds) per method and run label, for the plot."""
     gaps = {}
-    for method, label, _, p in budget_points(found):
-        gaps.setdefault((method, label), {}).setdefault(p["updates"], []).append(p["gap"])
-    return [(f"{method}, {label}", sorted(by_u), [statistics.mean(by_u[u]) for u in sorted(by_u)])
-            for (method, label), by_u in sorted(gaps.items())]
+    for (method, label, updates), mean in means(budget_points(found), ("model", "label", "updates"), ("gap",)).items():
+        gaps.setdefault((method, label), []).append((updates, mean["gap"]))
+    return [(f"{method}, {label}", [u for u, _ in pts], [g for _, g in pts]) for (method, label), pts in gaps.items()]
 
 
 def main(out, labelled=()):

@@ -16,6 +16,7 @@ import statistics
 import sys
 
 from fairseq_sparse.analysis.plotting import line_plot
+from fairseq_sparse.recipe.studies import budget_rows, means as studies_means
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -164,14 +165,12 @@ def data_axis(means, per_epoch, target=-0.02):
 def summarise(out, earlier=None):
     rows, analyses = [], {}
     for fraction, seed, r, points in pairs(out):
-        for model, points in r.get("budget", {}).items():
-            if not model.endswith("_scratch"):
-                continue
-            for p in points:
-                rows.append({"fraction": fraction, "seed": seed, "model": model, "updates": p["updates"],
-                             "stock": p["control_score"], "score": p["score"], "gap": p["gap"],
-                             "relative_gap": round(p["gap"] / p["control_score"], 4) if p["control_score"] else None,
-                             "p_value": p["p_value"], "sparsity": p["l0drop_sparsity"]})
+        for x in budget_rows(r):
+            if x["model"].endswith("_scratch"):
+                rows.append({"fraction": fraction, "seed": seed, "model": x["model"], "updates": x["updates"],
+                             "stock": x["control_score"], "score": x["score"], "gap": x["gap"],
+                             "relative_gap": x["relative_gap"], "p_value": x["p_value"],
+                             "sparsity": x.get("source_states_pruned")})
         for model, g in r.get("gap_analysis", {}).items():  # at the control's checkpoint's update count
             updates = re.search(r"_(\d+)\.pt$", g.get("control_checkpoint", ""))
             updates = int(updates.group(1)) if updates else max(p["updates"] for p in r["budget"][model])
@@ -188,15 +187,8 @@ def summarise(out, earlier=None):
     protocol = protocol_rows(out)
     keep_earlier(rows, analyses, protocol, earlier or {})
     rows.sort(key=lambda x: (-x["fraction"], x["seed"], x["model"], x["updates"]))
-    means = {}
-    for key in sorted({(x["fraction"], x["model"], x["updates"]) for x in rows}):
-        sel = [x for x in rows if (x["fraction"], x["model"], x["updates"]) == key]
-        rel = [x["relative_gap"] for x in sel if x["relative_gap"] is not None]
-        means[f"f{key[0]:g}/{key[1]}@{key[2]}"] = {
-            "seeds": sorted(x["seed"] for x in sel), "stock": round(statistics.mean(x["stock"] for x in sel), 2),
-            "score": round(statistics.mean(x["score"] for x in sel), 2),
-            "gap": round(statistics.mean(x["gap"] for x in sel), 2),
-            "relative_gap": round(statistics.mean(rel), 4) if rel else None}
+    means = {f"f{f:g}/{model}@{u}": m for (f, model, u), m in
+             studies_means(rows, ("fraction", "model", "updates"), ("stock", "score", "gap", "relative_gap")).items()}
     headline = {}
     for key, m in means.items():  # all the pairs, the freq rule: what README's status table reads
         found = re.fullmatch(r"f1/pattern_freq_scratch@(\d+)", key)
