@@ -113,17 +113,7 @@ class L0DropTransformerEncoder(TransformerEncoder):
             gate = HardConcrete(args.l0drop_beta, args.l0drop_gamma, args.l0drop_zeta)
             return L0Drop(embed_dim, gate, args.l0drop_init_bias, name=name, penalty_scale=scale)
 
-        self.pattern = None
-        if args.encoder_output_pattern != "none":
-            # a rule instead of learnt gates (Zhang, Titov & Sennrich 2021 Sec. 7): no L0Drop module to train
-            self.pattern = EncoderOutputPattern(
-                args.encoder_output_pattern, dictionary.count, dictionary.nspecial, dictionary.eos(),
-                top_k=args.encoder_output_pattern_top_k, min_rank=args.encoder_output_pattern_min_rank,
-                every=args.encoder_output_pattern_every, rate=args.encoder_output_pattern_rate,
-                symbols=dictionary.symbols)
-            share = self.pattern.dropped_share(dictionary.count)
-            logger.info("encoder output pattern %s%s", self.pattern.extra_repr(), "" if share is None else
-                        f": drops {100 * share:.1f}% of the dictionary's counted tokens")
+        self.pattern = output_pattern(args, dictionary)
         self.l0drop = make_l0drop("l0drop") if self.pattern is None else None
         self.layer_l0drops = None
         self._python_hooks = []  # their handles (drop_python_hooks)
@@ -301,11 +291,24 @@ class L0DropTransformerEncoder(TransformerEncoder):
         return out
 
     def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order: Tensor):
-        """Nothing is copied: fairseq's generator calls this at every step, but our decoder reads the
-        memory only at the first step and caches what it needs per sentence from there (keys and
-        values, log counts, the attention map), reordering those caches itself. The memory keeps one
-        row per sentence (fairseq's beamable encoder-decoder attention, as BART uses it)."""
+        """Nothing is copied: our decoder reads the memory at the first step only and reorders its own caches (keys
+        and values, log counts, the attention map); one memory row per sentence (fairseq's beamable attention)."""
         return encoder_out
+
+
+def output_pattern(args, dictionary) -> Optional[EncoderOutputPattern]:
+    """--encoder-output-pattern: a rule instead of learnt gates (Zhang, Titov & Sennrich 2021 Sec. 7), no L0Drop
+    module to train; None for "none"."""
+    if args.encoder_output_pattern == "none":
+        return None
+    pattern = EncoderOutputPattern(
+        args.encoder_output_pattern, dictionary.count, dictionary.nspecial, dictionary.eos(),
+        top_k=args.encoder_output_pattern_top_k, min_rank=args.encoder_output_pattern_min_rank,
+        every=args.encoder_output_pattern_every, rate=args.encoder_output_pattern_rate, symbols=dictionary.symbols)
+    share = pattern.dropped_share(dictionary.count)
+    logger.info("encoder output pattern %s%s", pattern.extra_repr(), "" if share is None else
+                f": drops {100 * share:.1f}% of the dictionary's counted tokens")
+    return pattern
 
 
 def pruned_output(out: Dict[str, List[Tensor]], mem: CompressedMemory, gates: Tensor) -> Dict[str, List[Tensor]]:
