@@ -68,15 +68,7 @@ def head_heatmap(values, path: str, title: str, cbar_label: str, row_labels: Opt
         vmin, vmax: colour scale limits (default: the finite values' range).
         cmap: matplotlib colour map name.
     """
-    data = np.array(values, dtype=float)
-    if data.ndim != 2:
-        raise ValueError(f"head_heatmap needs a [layers x heads] array, got shape {data.shape}")
-    hidden = np.isnan(data)
-    if mask is not None:
-        mask = np.asarray(mask, dtype=bool)
-        if mask.shape != data.shape:
-            raise ValueError(f"mask shape {mask.shape} != values shape {data.shape}")
-        hidden = hidden | mask
+    data, hidden = _heatmap_cells(values, mask)
     n_rows, n_cols = data.shape
     if row_labels is None:
         row_labels = [f"layer {i}" for i in range(n_rows)]
@@ -102,16 +94,7 @@ def head_heatmap(values, path: str, title: str, cbar_label: str, row_labels: Opt
         ax.add_patch(matplotlib.patches.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="//",
                                                   edgecolor="0.75", linewidth=0))
     if annotate:
-        for i in range(n_rows):
-            for j in range(n_cols):
-                if hidden[i, j]:
-                    continue
-                text = cell_text[i][j] if cell_text is not None else f"{data[i, j]:.2f}"
-                if not text:
-                    continue
-                r, g, b, _ = im.cmap(im.norm(data[i, j]))
-                dark = 0.299 * r + 0.587 * g + 0.114 * b < 0.5  # text colour readable on the cell
-                ax.text(j, i, text, ha="center", va="center", fontsize=7, color="white" if dark else "black")
+        _annotate_cells(ax, im, data, hidden, cell_text)
     ax.set_xticks(range(n_cols))
     ax.set_xticklabels(col_labels, fontsize=8)
     ax.set_yticks(range(n_rows))
@@ -122,6 +105,30 @@ def head_heatmap(values, path: str, title: str, cbar_label: str, row_labels: Opt
     cbar.set_label("\n".join(textwrap.wrap(cbar_label, 28)), fontsize=8)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     return save(fig, path)
+
+
+def _heatmap_cells(values, mask):
+    """(the values as a 2-D float array, the cells not drawn: nan or masked)."""
+    data = np.array(values, dtype=float)
+    if data.ndim != 2:
+        raise ValueError(f"head_heatmap needs a [layers x heads] array, got shape {data.shape}")
+    hidden = np.isnan(data)
+    if mask is not None:
+        mask = np.asarray(mask, dtype=bool)
+        if mask.shape != data.shape:
+            raise ValueError(f"mask shape {mask.shape} != values shape {data.shape}")
+        hidden = hidden | mask
+    return data, hidden
+
+
+def _annotate_cells(ax, im, data, hidden, cell_text):
+    """Each drawn cell's value (or its ``cell_text``) in a colour readable on the cell."""
+    for i, j in zip(*np.nonzero(~hidden)):
+        text = cell_text[i][j] if cell_text is not None else f"{data[i, j]:.2f}"
+        if text:
+            r, g, b, _ = im.cmap(im.norm(data[i, j]))
+            dark = 0.299 * r + 0.587 * g + 0.114 * b < 0.5
+            ax.text(j, i, text, ha="center", va="center", fontsize=7, color="white" if dark else "black")
 
 
 # ------------------------------------------------------------------------------------------------
