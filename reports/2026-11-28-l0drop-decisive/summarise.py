@@ -127,6 +127,24 @@ def line_fit(points, target):
             "x_at_target": round(2 ** ((target - a) / b), 1) if b > 0 else None, "target": target}
 
 
+def size_and_passes_fit(points, target):
+    """Least squares y = a + b log2(passes) + c log2(pairs) through every (pairs, passes, y) point: c is the
+    change of the gap per doubling of the training pairs at equal passes over them (what the data axis at equal
+    updates mixes with the passes). Where c > 0, the pairs at which the gap would reach ``target`` at the most
+    passes measured (an extrapolation, said as one); None where c <= 0 (more pairs do not close the gap)."""
+    import numpy as np
+
+    x = np.array([[1.0, math.log2(p), math.log2(n)] for n, p, _ in points])
+    y = np.array([g for _, _, g in points])
+    (a, b, c), *_ = np.linalg.lstsq(x, y, rcond=None)
+    residual = math.sqrt(float(((y - x @ np.array([a, b, c])) ** 2).sum()) / (len(points) - 3))
+    most = max(p for _, p, _ in points)
+    pairs = round(2 ** ((target - a - b * math.log2(most)) / c)) if c > 0 else None
+    return {"intercept": round(float(a), 4), "per_doubling_passes": round(float(b), 4),
+            "per_doubling_pairs": round(float(c), 4), "residual_sd": round(residual, 4), "points": len(points),
+            "pairs_at_target": pairs, "at_passes": most, "target": target}
+
+
 def line_at(line, x):
     """The value of a :func:`line_fit` line at x."""
     return line["intercept"] + line["slope_per_doubling"] * math.log2(x)
@@ -152,6 +170,9 @@ def data_axis(means, per_epoch, target=-0.02):
     passes = [(p["passes"], p["relative_gap"]) for p in points if p["passes"]]
     if len(passes) >= 3:
         axis["fit_passes"] = line_fit(passes, target)
+    sized = [(p["pairs"], p["passes"], p["relative_gap"]) for p in points if p["passes"]]
+    if len(sized) >= 5 and len({n for n, _, _ in sized}) >= 2:
+        axis["fit_size_and_passes"] = size_and_passes_fit(sized, target)
     # the passes test's rule was written on the line through the points of at most REGISTERED_UPDATES updates; each
     # later point is read against what that line predicted for it
     registered = [(p["passes"], p["relative_gap"]) for p in points if p["passes"] and p["updates"] <= REGISTERED_UPDATES]
@@ -212,6 +233,11 @@ def summarise(out, earlier=None):
     for p in axis.get("predictions", []):
         headline[f"predicted_pct_{p['pairs']}_{p['updates']}"] = round(100 * p["predicted"], 1)
         headline[f"passes_{p['pairs']}_{p['updates']}"] = p["passes"]
+    fit = axis.get("fit_size_and_passes")
+    if fit:
+        headline["fit_size_and_passes_pct_per_doubling_pairs"] = round(100 * fit["per_doubling_pairs"], 1)
+        headline["fit_size_and_passes_pct_per_doubling_passes"] = round(100 * fit["per_doubling_passes"], 1)
+        headline["fit_size_and_passes_pairs_at_minus_2pct"] = fit["pairs_at_target"]
     for name, fit in (("pairs_at_850", axis.get("fit_pairs_at_850")), ("passes", axis.get("fit_passes"))):
         if fit:
             headline[f"fit_{name}_slope_pct_per_doubling"] = round(100 * fit["slope_per_doubling"], 1)
@@ -255,7 +281,7 @@ def main():
     for p in axis["points"]:
         print(f"data axis: {p['pairs']} pairs, {p['updates']} updates, {p['passes']} passes, seeds {p['seeds']}: "
               f"{pct(p['relative_gap']):.1f}%")
-    for name in ("fit_pairs_at_850", "fit_passes", "fit_passes_registered"):
+    for name in ("fit_pairs_at_850", "fit_passes", "fit_passes_registered", "fit_size_and_passes"):
         if name in axis:
             print(f"{name}: {axis[name]}")
     for p in axis.get("predictions", []):
