@@ -9,6 +9,7 @@ Markdown table for the study's report.
     python3 lab/study_summary.py study.tgz --json reports/DATE-NAME/results.json
 """
 import argparse
+import json
 import os
 import statistics
 import sys
