@@ -224,12 +224,15 @@ def summarise(out, earlier=None):
     axis = data_axis(means, {**per_epoch, **updates_per_epoch(out)})
     for key, name in (("f0.25/pattern_freq_scratch@850", "quarter_850"), ("f0.5/pattern_freq_scratch@850", "half_850"),
                       ("f0.25/pattern_freq_scratch@2000", "quarter_2000"),
-                      ("f0.25/l0drop_scratch@850", "l0drop_scratch_quarter_850")):
+                      ("f0.25/l0drop_scratch@850", "l0drop_scratch_quarter_850"),
+                      ("f0.25/l0drop_low_scratch@850", "l0drop_low_scratch_quarter_850")):
         if key in means and means[key]["relative_gap"] is not None:
             headline[f"relative_gap_pct_{name}"] = round(100 * means[key]["relative_gap"], 1)
-    for x in rows:
-        if (x["fraction"], x["model"], x["updates"]) == (0.25, "l0drop_scratch", 850):
-            headline["pruned_pct_l0drop_scratch_quarter_850"] = round(100 * x["sparsity"], 1)
+            headline[f"seeds_{name}"] = len(means[key]["seeds"])
+    for model in ("l0drop_scratch", "l0drop_low_scratch"):  # learned gates: the share they prune, mean of seeds
+        pruned = [x["sparsity"] for x in rows if (x["fraction"], x["model"], x["updates"]) == (0.25, model, 850)]
+        if pruned:
+            headline[f"pruned_pct_{model}_quarter_850"] = round(100 * statistics.mean(pruned), 1)
     for p in axis.get("predictions", []):
         headline[f"predicted_pct_{p['pairs']}_{p['updates']}"] = round(100 * p["predicted"], 1)
         headline[f"passes_{p['pairs']}_{p['updates']}"] = p["passes"]
