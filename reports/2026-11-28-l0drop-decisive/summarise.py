@@ -44,12 +44,21 @@ def pairs(out):
     return found
 
 
+def brevity_share(overall, bp):
+    """The part of the log BLEU ratio (model against stock) that is the brevity penalty's (BLEU = BP x the
+    precisions' geometric mean): 0 where the lengths cost nothing, negative where the model's length helps it."""
+    if overall["method"] > 0 and overall["control"] > 0 and overall["method"] != overall["control"]:
+        return round(math.log(bp["method"] / bp["control"]) / math.log(overall["method"] / overall["control"]), 2)
+    return None
+
+
 def gap_summary(g):
     """The gap analysis of one pair, the figures the report quotes."""
+    bp = {k: g["brevity"][k]["bp"] for k in ("method", "control")}
     return {"sparsity": g["sparsity"], "overall": g["overall"], "by_segment_type": g.get("by_segment_type"),
             "by_length": g["by_length"], "length_ratio": {k: g["brevity"][k]["ratio"] for k in ("method", "control")},
-            "bp": {k: g["brevity"][k]["bp"] for k in ("method", "control")},
-            "copy_recall": g["copy_recall"], "nll": g["nll"]}
+            "bp": bp, "brevity_share": brevity_share(g["overall"], bp), "copy_recall": g["copy_recall"],
+            "nll": g["nll"]}
 
 
 def protocol_rows(out):
@@ -90,6 +99,8 @@ def keep_earlier(rows, analyses, protocol, earlier):
         key = f"f{x['fraction']:g}_s{x['seed']}/{x['model']}"
         last[key] = max(last.get(key, 0), x["updates"])
     for key, g in earlier.get("gap_analysis", {}).items():
+        if g.get("overall") and g.get("bp") and "brevity_share" not in g:  # summarised before it was
+            g = {**g, "brevity_share": brevity_share(g["overall"], g["bp"])}
         analyses.setdefault(key if "@" in key or key not in last else f"{key}@{last[key]}", g)
     have = {(x["protocol"], x["seed"]) for x in protocol}
     protocol += [{**x, "kept": True} for x in earlier.get("protocol", []) if (x["protocol"], x["seed"]) not in have]
