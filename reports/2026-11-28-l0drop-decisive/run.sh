@@ -10,7 +10,7 @@
 # protocol at each of LRS, default 1.5e-4 and 1e-3, from seed SEED's stock model, default 1), summary. START: the
 # stock checkpoint the fine-tunings start from (default checkpoint_last.pt of OUT/f1_sSEED/baseline). Each work dir resumes: a phase run again picks up where it
 # stopped, and UPDATES raised later (with POINTS extended) continues the same runs (inverse-sqrt does not depend on
-# the budget).
+# the budget). EXTRA: more recipe options for every run (another model size: with an OUT of its own).
 set -euo pipefail
 : "${CORPUS:?CORPUS=the en-de corpus folder (train/valid/test.{en,de})}" "${OUT:?OUT=a folder for the work dirs}"
 RECIPE=${RECIPE:-fairseq-sparse-recipe}
@@ -24,6 +24,8 @@ common=(-s en -t de --baseline-updates "${UPDATES:-1700}" --baseline-patience 0 
 segments=()
 [ -f "$SEGMENTS" ] && segments=(--segment-types "$SEGMENTS")
 common+=("${segments[@]}")
+read -r -a extra <<< "${EXTRA:-}"  # more recipe options for every run, e.g. EXTRA="--layers 6" (use another OUT)
+common+=(${extra[@]+"${extra[@]}"})
 recipe() {  # recipe FRACTION SEED STEPS
   local work="$OUT/f$1_s$2" data=(--corpus "$CORPUS" --train-fraction "$1")
   if [ "$2" != 1 ] && [ -d "$OUT/f$1_s1/data-bin" ]; then data=(--data-bin "$OUT/f$1_s1/data-bin"); fi
