@@ -21,11 +21,16 @@ from fairseq_sparse.recipe.studies import budget_rows, means as studies_means
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+#: a work dir's suffix that names another model size (f0.25_s1_layers6: 6+6 layers): its models' names carry it
+SIZE_SUFFIX = re.compile(r"_((?:layers|dim)\d+)$")
+
+
 def pairs(out):
-    """[(fraction, seed, results, points)] of every work dir (OUT/f1_s1, or the device call's gpu_carry/DEC_f1_s1; a
-    suffix such as f0.25_s1_l0drop: a work dir of more models of that pair, its baseline the pair's at their budget) with
-    a results.json (the recipe's report: finished runs) or a point_UPDATES.json (evaluate_point.py: a budget point of
-    runs that have not finished), in name order."""
+    """[(fraction, seed, results, points, size)] of every work dir (OUT/f1_s1, or the device call's
+    gpu_carry/DEC_f1_s1; a suffix such as f0.25_s1_l0drop: a work dir of more models of that pair, its baseline the
+    pair's at their budget; f0.25_s1_layers6: the pair at another model size, SIZE) with a results.json (the recipe's
+    report: finished runs) or a point_UPDATES.json (evaluate_point.py: a budget point of runs that have not
+    finished), in name order."""
     found = []
     for name in sorted(os.listdir(out)):
         m = re.search(r"f([\d.]+)_s(\d+)(?:_[a-z0-9]+)?$", name)  # f0.25_s1, or f0.25_s1_l0drop: more models of it
@@ -40,7 +45,8 @@ def pairs(out):
             with open(path) as f:
                 results = json.load(f)
         if results or points:
-            found.append((float(m.group(1)), int(m.group(2)), results or {}, points))
+            size = SIZE_SUFFIX.search(name)
+            found.append((float(m.group(1)), int(m.group(2)), results or {}, points, size.group(1) if size else None))
     return found
 
 
@@ -196,17 +202,18 @@ def data_axis(means, per_epoch, target=-0.02):
 
 def summarise(out, earlier=None):
     rows, analyses = [], {}
-    for fraction, seed, r, points in pairs(out):
+    for fraction, seed, r, points, size in pairs(out):
         for x in budget_rows(r):
             if x["model"].endswith("_scratch"):
-                rows.append({"fraction": fraction, "seed": seed, "model": x["model"], "updates": x["updates"],
+                model = f"{x['model']}_{size}" if size else x["model"]
+                rows.append({"fraction": fraction, "seed": seed, "model": model, "updates": x["updates"],
                              "stock": x["control_score"], "score": x["score"], "gap": x["gap"],
                              "relative_gap": x["relative_gap"], "p_value": x["p_value"],
                              "sparsity": x.get("source_states_pruned")})
         for model, g in r.get("gap_analysis", {}).items():  # at the control's checkpoint's update count
             updates = re.search(r"_(\d+)\.pt$", g.get("control_checkpoint", ""))
             updates = int(updates.group(1)) if updates else max(p["updates"] for p in r["budget"][model])
-            analyses[f"f{fraction:g}_s{seed}/{model}@{updates}"] = gap_summary(g)
+            analyses[f"f{fraction:g}_s{seed}/{model}{'_' + size if size else ''}@{updates}"] = gap_summary(g)
         done = {(x["model"], x["updates"]) for x in rows if (x["fraction"], x["seed"]) == (fraction, seed)}
         for p in points:
             if ("pattern_freq_scratch", p["updates"]) in done:
@@ -236,7 +243,8 @@ def summarise(out, earlier=None):
     for key, name in (("f0.25/pattern_freq_scratch@850", "quarter_850"), ("f0.5/pattern_freq_scratch@850", "half_850"),
                       ("f0.25/pattern_freq_scratch@2000", "quarter_2000"),
                       ("f0.25/l0drop_scratch@850", "l0drop_scratch_quarter_850"),
-                      ("f0.25/l0drop_low_scratch@850", "l0drop_low_scratch_quarter_850")):
+                      ("f0.25/l0drop_low_scratch@850", "l0drop_low_scratch_quarter_850"),
+                      ("f0.25/pattern_freq_scratch_layers6@850", "quarter_850_layers6")):
         if key in means and means[key]["relative_gap"] is not None:
             headline[f"relative_gap_pct_{name}"] = round(100 * means[key]["relative_gap"], 1)
             headline[f"seeds_{name}"] = len(means[key]["seeds"])
