@@ -29,21 +29,22 @@ ROWS = [
      "[x256]({x256}), [x128 GPU]({gx128}), [x128 CPU]({x128})",
      {"x256": "2026-11-27-l0drop-gpu-ddtp-x256", "gx128": "2026-11-27-l0drop-gpu-ddtp-x128",
       "x128": "2026-11-26-gpu-checks-h200"}),
-    ("the freq rule at 50%, trained sparse from scratch or fine-tuned with the baseline's optimiser continued (the "
-     "decisive test of L0Drop's gap)", "within 3% relative of stock at equal updates",
-     "from scratch **{d[headline][relative_gap_pct_1700]:+.1f}%** relative ({d[headline][gap_1700]:+.2f} BLEU against "
-     "stock's {d[headline][stock_bleu_1700]:.2f}; 1,700 updates, mean of {d[headline][seeds_1700]} seeds), "
-     "{d[headline][relative_gap_pct_850]:+.1f}% at 850 ({d[headline][seeds_850]} seeds), "
-     "**{d[headline][relative_gap_pct_3000]:+.1f}%** at 3,000 ({d[headline][gap_3000]:+.2f} against "
-     "{d[headline][stock_bleu_3000]:.2f}; seed 2, {d[headline][passes_27427_3000]:.1f} passes over the pairs); "
-     "fine-tuned 400 updates from seed 1's stock model {d[headline][protocol_continue_relative_gap_pct]:+.1f}% with "
-     "its Adam and schedule continued, {d[headline][protocol_fresh_relative_gap_pct]:+.1f}% with a fresh Adam; a "
-     "quarter of the pairs {d[headline][relative_gap_pct_quarter_850]:+.1f}% at 850 updates and "
-     "**{d[headline][relative_gap_pct_quarter_2000]:+.1f}%** at 2,000 ({d[headline][passes_6857_2000]:.0f} passes; "
-     "the line through the shorter runs said {d[headline][predicted_pct_6857_2000]:+.1f}%); learned L0Drop gates from "
-     "scratch on the quarter {d[headline][relative_gap_pct_l0drop_scratch_quarter_850]:+.1f}% "
-     "({d[headline][pruned_pct_l0drop_scratch_quarter_850]:.1f}% pruned, 850 updates, seed 1) (x128, CPU)",
-     "no: not the protocol; past about ten passes the gap stays",
+    ("the freq rule at 50% and learned L0Drop gates, trained sparse from scratch or fine-tuned with the baseline's "
+     "optimiser continued (the decisive test of L0Drop's gap)", "within 3% relative of stock at equal updates",
+     "the freq rule from scratch **{d[headline][relative_gap_pct_1700]:+.1f}%** relative ({d[headline][gap_1700]:+.2f} "
+     "BLEU against stock's {d[headline][stock_bleu_1700]:.2f}; 1,700 updates, {d[headline][seeds_1700]} seeds), "
+     "**{d[headline][relative_gap_pct_3000]:+.1f}%** at 3,000 (seed 2, {d[headline][passes_27427_3000]:.1f} passes "
+     "over the pairs); fine-tuned from seed 1's stock model {d[headline][protocol_continue_relative_gap_pct]:+.1f}% "
+     "with its Adam and schedule continued, {d[headline][protocol_fresh_relative_gap_pct]:+.1f}% with a fresh Adam; "
+     "a quarter of the pairs, 850 updates, {d[headline][seeds_quarter_850]} seeds: the rule "
+     "{d[headline][relative_gap_pct_quarter_850]:+.1f}%, learned gates "
+     "**{d[headline][relative_gap_pct_l0drop_scratch_quarter_850]:+.1f}%** at target 0.5 "
+     "({d[headline][pruned_pct_l0drop_scratch_quarter_850]:.1f}% pruned) and "
+     "**{d[headline][relative_gap_pct_l0drop_low_scratch_quarter_850]:+.1f}%** at 0.3 "
+     "({d[headline][pruned_pct_l0drop_low_scratch_quarter_850]:.1f}% pruned); the rule at 2,000 updates "
+     "{d[headline][relative_gap_pct_quarter_2000]:+.1f}% ({d[headline][passes_6857_2000]:.0f} passes; the line "
+     "through the shorter runs said {d[headline][predicted_pct_6857_2000]:+.1f}%) (3+3 x 128, CPU)",
+     "no: not the protocol, not the budget past ten passes, not the data size",
      "[report]({d})", {"d": "2026-11-28-l0drop-decisive"}),
     ("composed (simplified decoder + L0Drop 10% + half the heads)", "2x stock at 400 tokens, within 1 BLEU",
      "**{r[headline][speed_vs_stock_400_seed1]:.2f}x** / **{r[headline][speed_vs_stock_400_seed2]:.2f}x** (CPU, one "

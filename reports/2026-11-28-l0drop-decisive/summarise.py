@@ -167,7 +167,7 @@ def line_at(line, x):
     return line["intercept"] + line["slope_per_doubling"] * math.log2(x)
 
 
-def data_axis(means, per_epoch, target=-0.02):
+def data_axis(means, per_epoch, target=-0.02, registered_line=None):
     """The relative gap of the freq rule from scratch (mean over seeds) at every (fraction, budget) point, with the
     training-set size and the passes over it (updates / updates per epoch), and two least-squares lines: against
     log2(pairs) at 850 updates (the data axis at equal updates), and against log2(passes) over every point."""
@@ -192,9 +192,10 @@ def data_axis(means, per_epoch, target=-0.02):
         axis["fit_size_and_passes"] = size_and_passes_fit(sized, target)
     # the passes test's rule was written on the line through the points of at most REGISTERED_UPDATES updates; each
     # later point is read against what that line predicted for it
+    # (REGISTERED_LINE: that line as an earlier summary wrote it, kept: later seeds of its points do not move it)
     registered = [(p["passes"], p["relative_gap"]) for p in points if p["passes"] and p["updates"] <= REGISTERED_UPDATES]
-    if len(registered) >= 3:
-        line = axis["fit_passes_registered"] = line_fit(registered, target)
+    if registered_line or len(registered) >= 3:
+        line = axis["fit_passes_registered"] = registered_line or line_fit(registered, target)
         axis["predictions"] = [{**p, "predicted": round(line_at(line, p["passes"]), 4)}
                                for p in points if p["passes"] and p["updates"] > REGISTERED_UPDATES]
     return axis
@@ -239,7 +240,8 @@ def summarise(out, earlier=None):
     for x in protocol:
         headline[f"protocol_{x['protocol']}_relative_gap_pct"] = round(100 * x["relative_gap"], 1)
     per_epoch = {float(k): v for k, v in (earlier or {}).get("data_axis", {}).get("updates_per_epoch", {}).items()}
-    axis = data_axis(means, {**per_epoch, **updates_per_epoch(out)})
+    axis = data_axis(means, {**per_epoch, **updates_per_epoch(out)},
+                     registered_line=(earlier or {}).get("data_axis", {}).get("fit_passes_registered"))
     for key, name in (("f0.25/pattern_freq_scratch@850", "quarter_850"), ("f0.5/pattern_freq_scratch@850", "half_850"),
                       ("f0.25/pattern_freq_scratch@2000", "quarter_2000"),
                       ("f0.25/l0drop_scratch@850", "l0drop_scratch_quarter_850"),
@@ -248,6 +250,10 @@ def summarise(out, earlier=None):
         if key in means and means[key]["relative_gap"] is not None:
             headline[f"relative_gap_pct_{name}"] = round(100 * means[key]["relative_gap"], 1)
             headline[f"seeds_{name}"] = len(means[key]["seeds"])
+            fraction, model, updates = re.fullmatch(r"f([\d.]+)/(\w+)@(\d+)", key).groups()
+            headline[f"relative_gap_pct_{name}_per_seed"] = [
+                round(100 * x["relative_gap"], 1) for x in rows
+                if (x["fraction"], x["model"], x["updates"]) == (float(fraction), model, int(updates))]
     for model in ("l0drop_scratch", "l0drop_low_scratch"):  # learned gates: the share they prune, mean of seeds
         pruned = [x["sparsity"] for x in rows if (x["fraction"], x["model"], x["updates"]) == (0.25, model, 850)]
         if pruned:
