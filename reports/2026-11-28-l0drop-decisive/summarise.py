@@ -21,6 +21,8 @@ from fairseq_sparse.recipe.studies import budget_rows, means as studies_means
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+#: the models of the quality-against-pruning plot, as its legend names them (in the order of their share pruned)
+PRUNED_PLOT = {"l0drop_low_scratch": "learned 0.3", "l0drop_scratch": "learned 0.5", "pattern_freq_scratch": "freq rule"}
 #: a work dir's suffix that names another model size (f0.25_s1_layers6: 6+6 layers): its models' names carry it
 SIZE_SUFFIX = re.compile(r"_((?:layers|dim)\d+)$")
 
@@ -306,6 +308,15 @@ def main():
     line_plot(series, os.path.join(dest, "relative_gap_vs_passes.png"),
               "DDTP en-de, freq rule at 0.5 from scratch vs stock, 3+3 x 128, CPU",
               "passes over the training pairs (epochs)", "relative BLEU gap to stock (%)")
+    by_seed = {}  # quality against the share pruned: a quarter of the pairs, 850 updates, each model of a seed
+    for x in summary["rows"]:
+        if (x["fraction"], x["updates"]) == (0.25, 850) and x["model"] in PRUNED_PLOT and x["sparsity"] is not None:
+            by_seed.setdefault(x["seed"], []).append((100 * x["sparsity"], pct(x["relative_gap"]), x["model"]))
+    line_plot([(f"seed {seed}: " + ", ".join(PRUNED_PLOT[m] for _, _, m in sorted(pts)), [p for p, _, _ in sorted(pts)],
+                [g for _, g, _ in sorted(pts)]) for seed, pts in sorted(by_seed.items())],
+              os.path.join(dest, "relative_gap_vs_pruned.png"),
+              "a quarter of DDTP en-de, 850 updates from scratch, 3+3 x 128, CPU",
+              "source states pruned on test (%)", "relative BLEU gap to stock (%)")
     for p in axis["points"]:
         print(f"data axis: {p['pairs']} pairs, {p['updates']} updates, {p['passes']} passes, seeds {p['seeds']}: "
               f"{pct(p['relative_gap']):.1f}%")
