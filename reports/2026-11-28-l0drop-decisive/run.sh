@@ -6,7 +6,8 @@
 # from scratch, pressure held back, seed SEED, default 1), gates (the stock model beside MODELS, default the freq rule
 # and learned gates at --l0drop-target 0.5 and --l0drop-target-low 0.3 from scratch, on FRACTION of the pairs,
 # default a quarter, seed SEED), protocol (the freq rule at 0.5 fine-tuned FT_UPDATES (default 600) from
-# seed 1's baseline at the end of s1, beside its control, under the continued and the fresh protocol), lr (the fresh
+# seed 1's baseline at the end of s1, beside its control, under the continued and the fresh protocol), protocol_l0drop
+# (the same with learned gates at 0.5, seed SEED, PROTOCOLS, from FRACTION's stock model), lr (the fresh
 # protocol at each of LRS, default 1.5e-4 and 1e-3, from seed SEED's stock model, default 1), summary. START: the
 # stock checkpoint the fine-tunings start from (default checkpoint_last.pt of OUT/f1_sSEED/baseline). Each work dir resumes: a phase run again picks up where it
 # stopped, and UPDATES raised later (with POINTS extended) continues the same runs (inverse-sqrt does not depend on
@@ -40,18 +41,24 @@ pair() {  # pair FRACTION SEED [MODEL ...]: the stock model and each model from 
   for m in "${pids[@]}"; do wait "$m"; done
   recipe "$fraction" "$seed" gap_analysis,report
 }
-finetune() {  # finetune PROTOCOL SEED STEPS [LR]: fine-tunings from the seed's stock model at its last update
-  local work="$OUT/ft_$1_s$2" lr=()
-  if [ -n "${4:-}" ]; then work="$OUT/ft_$1_lr$4_s$2"; lr=(--finetune-lr "$4"); fi
-  "$RECIPE" --data-bin "$OUT/f1_s$2/data-bin" --baseline-checkpoint "$OUT/f1_s$2/baseline/${START:-checkpoint_last.pt}" \
+finetune() {  # finetune PROTOCOL SEED STEPS [LR]: fine-tunings from the seed's stock model at its last update (all
+              # the pairs; FRACTION: the stock model of that share of them, its work dir named _f<FRACTION>)
+  local f=${FRACTION:-1} work lr=()
+  local at="_f$f"
+  [ "$f" = 1 ] && at=""
+  work="$OUT/ft_$1${at}_s$2"
+  if [ -n "${4:-}" ]; then work="$OUT/ft_$1_lr$4${at}_s$2"; lr=(--finetune-lr "$4"); fi
+  local data="$OUT/f${f}_s$2/data-bin"
+  [ -d "$data" ] || data="$OUT/f${f}_s1/data-bin"  # a second seed of a fraction reads seed 1's
+  "$RECIPE" --data-bin "$data" --baseline-checkpoint "$OUT/f${f}_s$2/baseline/${START:-checkpoint_last.pt}" \
     --work-dir "$work" --seed "$2" -s en -t de --finetune-protocol "$1" --finetune-updates "${FT_UPDATES:-600}" \
     --validate-interval 5 --threads 1 --quiet "${segments[@]}" "${lr[@]}" --steps "$3"
 }
-protocol() {  # protocol SEED: method and control side by side under each protocol
-  for proto in continue fresh; do
+protocol() {  # protocol SEED [METHOD]: METHOD (default the freq rule) and control side by side under each of PROTOCOLS
+  for proto in ${PROTOCOLS:-continue fresh}; do
     finetune $proto "$1" baseline
     finetune $proto "$1" control & c=$!
-    finetune $proto "$1" pattern_freq & f=$!
+    finetune $proto "$1" "${2:-pattern_freq}" & f=$!
     wait $c; wait $f
     finetune $proto "$1" gap_analysis,report
   done
@@ -74,6 +81,7 @@ for phase in "${phases[@]}"; do
           finetune fresh "${SEED:-1}" gap_analysis,report "$lr"
         done ;;
     protocol) protocol 1 ;;
+    protocol_l0drop) protocol "${SEED:-1}" l0drop ;;  # learned gates at --l0drop-target (0.5) against the control
     summary) python3 "$(dirname "$0")/summarise.py" "$OUT" ;;
     *) echo "unknown phase $phase" >&2; exit 2 ;;
   esac

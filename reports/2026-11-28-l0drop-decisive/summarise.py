@@ -70,27 +70,30 @@ def gap_summary(g):
 
 
 def protocol_rows(out):
-    """The protocol arm: per fine-tuning work dir, the freq rule against its equal-updates control."""
+    """The protocol arm: per fine-tuning work dir (ft_<protocol>[_f<fraction>]_s<seed>), the freq rule (or, where it
+    has none, learned gates) against its equal-updates control."""
     rows = []
     for name in sorted(os.listdir(out)):
-        m = re.fullmatch(r"ft_([a-z]+(?:_lr[\d.e-]+)?)_s(\d+)", name)
+        m = re.fullmatch(r"ft_([a-z]+(?:_lr[\d.e-]+)?)(?:_f([\d.]+))?_s(\d+)", name)
         path = os.path.join(out, name, "results.json")
         if not m or not os.path.exists(path):
             continue
         with open(path) as f:
             r = json.load(f)
         models, sig = r.get("models", {}), r.get("significance", {})
-        if "control" not in models or "pattern_freq" not in models:
+        method = next((x for x in ("pattern_freq", "l0drop") if x in models), None)
+        if "control" not in models or method is None:
             continue
-        control, freq = models["control"]["score"], models["pattern_freq"]["score"]
-        rows.append({"protocol": m.group(1), "seed": int(m.group(2)), "start": models["baseline"]["score"],
+        control, freq = models["control"]["score"], models[method]["score"]
+        rows.append({"protocol": m.group(1), "seed": int(m.group(3)), "model": method,
+                     "fraction": float(m.group(2) or 1), "start": models["baseline"]["score"],
                      "updates": r["settings"]["finetune_updates"],
                      "lr": r["settings"]["finetune_lr"] if m.group(1).startswith("fresh") else "the baseline's, continued",
                      "control": control, "score": freq, "gap": round(freq - control, 2),
                      "relative_gap": round((freq - control) / control, 4),
-                     "p_value": sig.get("pattern_freq", {}).get("p_value"),
-                     "sparsity": models["pattern_freq"].get("l0drop_sparsity"),
-                     "gap_analysis": gap_summary(r["gap_analysis"]["pattern_freq"]) if "pattern_freq" in r.get(
+                     "p_value": sig.get(method, {}).get("p_value"),
+                     "sparsity": models[method].get("l0drop_sparsity"),
+                     "gap_analysis": gap_summary(r["gap_analysis"][method]) if method in r.get(
                          "gap_analysis", {}) else None})
     return rows
 
@@ -110,8 +113,9 @@ def keep_earlier(rows, analyses, protocol, earlier):
         if g.get("overall") and g.get("bp") and "brevity_share" not in g:  # summarised before it was
             g = {**g, "brevity_share": brevity_share(g["overall"], g["bp"])}
         analyses.setdefault(key if "@" in key or key not in last else f"{key}@{last[key]}", g)
-    have = {(x["protocol"], x["seed"]) for x in protocol}
-    protocol += [{**x, "kept": True} for x in earlier.get("protocol", []) if (x["protocol"], x["seed"]) not in have]
+    key = lambda x: (x["protocol"], x["seed"], x.get("model", "pattern_freq"), x.get("fraction", 1.0))  # noqa: E731
+    have = {key(x) for x in protocol}
+    protocol += [{**x, "kept": True} for x in earlier.get("protocol", []) if key(x) not in have]
 
 
 #: the budgets of the four points the passes test's rule (README, 2026-11-28) was written on: 850 and 1,700 updates
@@ -239,8 +243,10 @@ def summarise(out, earlier=None):
             rel = m["relative_gap"]
             headline.update({f"relative_gap_pct_{u}": None if rel is None else round(100 * rel, 1), f"gap_{u}": m["gap"],
                              f"stock_bleu_{u}": m["stock"], f"seeds_{u}": len(m["seeds"])})
-    for x in protocol:
-        headline[f"protocol_{x['protocol']}_relative_gap_pct"] = round(100 * x["relative_gap"], 1)
+    for x in protocol:  # the freq rule on all the pairs: protocol_<name>_...; else the model and share in the key
+        other = "" if (x.get("model", "pattern_freq"), x.get("fraction", 1.0)) == ("pattern_freq", 1.0) else \
+            f"{x['model']}_f{x['fraction']:g}_"
+        headline[f"protocol_{x['protocol']}_{other}relative_gap_pct"] = round(100 * x["relative_gap"], 1)
     per_epoch = {float(k): v for k, v in (earlier or {}).get("data_axis", {}).get("updates_per_epoch", {}).items()}
     axis = data_axis(means, {**per_epoch, **updates_per_epoch(out)},
                      registered_line=(earlier or {}).get("data_axis", {}).get("fit_passes_registered"))
@@ -332,8 +338,8 @@ def main():
         print(f"| {x['fraction']:g} | {x['model']} | {x['updates']} | {x['seed']} | {x['stock']:.2f} | {x['score']:.2f} "
               f"| {x['gap']:+.2f} | {pct(x['relative_gap']):.1f}% | {x['p_value']} | {x['sparsity']:.1%} |")
     for x in summary["protocol"]:
-        print(f"fine-tuned, {x['protocol']} protocol, seed {x['seed']}, {x['updates']} updates from {x['start']:.2f}: "
-              f"control {x['control']:.2f}, freq {x['score']:.2f} ({x['gap']:+.2f}, {pct(x['relative_gap']):.1f}%, "
+        print(f"fine-tuned, {x.get('model', 'pattern_freq')} on {x.get('fraction', 1.0):g} of the pairs, {x['protocol']} protocol, seed {x['seed']}, {x['updates']} updates from {x['start']:.2f}: "
+              f"control {x['control']:.2f}, model {x['score']:.2f} ({x['gap']:+.2f}, {pct(x['relative_gap']):.1f}%, "
               f"p {x['p_value']})")
     for key, m in summary["means"].items():
         print(f"mean {key} over seeds {m['seeds']}: {m['stock']} -> {m['score']} ({m['gap']:+}, {pct(m['relative_gap']):.1f}%)")
