@@ -23,6 +23,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 #: the models of the quality-against-pruning plot, as its legend names them (in the order of their share pruned)
 PRUNED_PLOT = {"l0drop_low_scratch": "learned 0.3", "l0drop_scratch": "learned 0.5", "pattern_freq_scratch": "freq rule"}
+#: a pair's work dir: f0.25_s1, or the device call's DEC_f0.25_s1; a suffix (f0.25_s1_l0drop): more models of it
+#: (the fine-tunings' ft_<protocol>_..._s<seed> are not pairs)
+PAIR = re.compile(r"(?:[A-Za-z]+_)?f([\d.]+)_s(\d+)(?:_[a-z0-9]+)?")
 #: a work dir's suffix that names another model size (f0.25_s1_layers6: 6+6 layers): its models' names carry it
 SIZE_SUFFIX = re.compile(r"_((?:layers|dim)\d+)$")
 
@@ -35,7 +38,7 @@ def pairs(out):
     finished), in name order."""
     found = []
     for name in sorted(os.listdir(out)):
-        m = re.search(r"f([\d.]+)_s(\d+)(?:_[a-z0-9]+)?$", name)  # f0.25_s1, or f0.25_s1_l0drop: more models of it
+        m = PAIR.fullmatch(name)
         if not m or not os.path.isdir(os.path.join(out, name)):
             continue
         path, points = os.path.join(out, name, "results.json"), []
@@ -128,9 +131,9 @@ def updates_per_epoch(out):
     its first epoch); the batches of a fraction do not depend on the seed."""
     found = {}
     for name in sorted(os.listdir(out)):
-        m = re.search(r"f([\d.]+)_s\d+$", name)
+        m = PAIR.fullmatch(name)
         log = os.path.join(out, name, "logs", "baseline.log")
-        if m and os.path.exists(log) and float(m.group(1)) not in found:
+        if m and not SIZE_SUFFIX.search(name) and os.path.exists(log) and float(m.group(1)) not in found:
             with open(log) as f:
                 first = re.search(r'"epoch": 1, .*?"train_num_updates": "(\d+)"', f.read())
             if first:
