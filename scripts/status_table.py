@@ -60,10 +60,14 @@ ROWS = [
      "run)", "yes", "[l0drop.md](docs/l0drop.md#caveats), [the tie]({t})",
      {"t": "2026-11-26-l0drop-gap-vs-target"}),
     ("int8 TorchScript artefact of the composed model", "faster than CTranslate2 int8",
-     "**{r[headline][composed_int8_ts_vs_stock_400]:.2f}x** / **{r[headline][composed_int8_ts_vs_stock_800]:.2f}x** "
-     "stock at 400 / 800 tokens against **{r[headline][ct2_int8_vs_stock_400]:.2f}x** / "
-     "**{r[headline][ct2_int8_vs_stock_800]:.2f}x** (random weights, CPU, one run; an outside re-run kept the order, "
-     "not the factors: to re-measure)", "yes (the order)", "[report]({r})",
+     "**{r[headline][remeasured_2026_11_29][composed_int8_ts_vs_stock_400]:.2f}x** / "
+     "**{r[headline][remeasured_2026_11_29][composed_int8_ts_vs_stock_800]:.2f}x** stock at 400 / 800 tokens against "
+     "**{r[headline][remeasured_2026_11_29][ct2_int8_vs_stock_400]:.2f}x** / "
+     "**{r[headline][remeasured_2026_11_29][ct2_int8_vs_stock_800]:.2f}x** (random weights, CPU, idle, "
+     "{r[headline][remeasured_2026_11_29][rounds]} rounds, spread {r[headline][remeasured_2026_11_29][spread_median_pct]}%; "
+     "re-measured: the first run's {r[headline][composed_int8_ts_vs_stock_400]:.2f}x / "
+     "{r[headline][ct2_int8_vs_stock_400]:.2f}x at 400 kept the order, not the factors)",
+     "yes at 800 tokens; level at 400", "[report]({r})",
      {"r": "2026-11-25-speed-int8-artefacts"}),
     ("decoding on a GPU", "pruning saves time",
      "host-bound: {r[headline][stock_ms_per_step_min]:.1f}-{r[headline][stock_ms_per_step_max]:.1f} ms a step whatever the source; pruned **{r[headline][l0drop_pruned_vs_stock_400]:.2f}x** stock "
