@@ -87,13 +87,13 @@ def protocol_rows(out):
         method = next((x for x in ("pattern_freq", "l0drop") if x in models), None)
         if "control" not in models or method is None:
             continue
-        control, freq = models["control"]["score"], models[method]["score"]
+        control, score = models["control"]["score"], models[method]["score"]
         rows.append({"protocol": m.group(1), "seed": int(m.group(3)), "model": method,
                      "fraction": float(m.group(2) or 1), "start": models["baseline"]["score"],
                      "updates": r["settings"]["finetune_updates"],
                      "lr": r["settings"]["finetune_lr"] if m.group(1).startswith("fresh") else "the baseline's, continued",
-                     "control": control, "score": freq, "gap": round(freq - control, 2),
-                     "relative_gap": round((freq - control) / control, 4),
+                     "control": control, "score": score, "gap": round(score - control, 2),
+                     "relative_gap": round((score - control) / control, 4),
                      "p_value": sig.get(method, {}).get("p_value"),
                      "sparsity": models[method].get("l0drop_sparsity"),
                      "gap_analysis": gap_summary(r["gap_analysis"][method]) if method in r.get(
