@@ -41,7 +41,8 @@ ROWS = [
      "**{d[headline][relative_gap_pct_l0drop_scratch_quarter_850]:+.1f}%** at target 0.5 "
      "({d[headline][pruned_pct_l0drop_scratch_quarter_850]:.1f}% pruned) and "
      "**{d[headline][relative_gap_pct_l0drop_low_scratch_quarter_850]:+.1f}%** at 0.3 "
-     "({d[headline][pruned_pct_l0drop_low_scratch_quarter_850]:.1f}% pruned); the rule at 2,000 updates "
+     "({d[headline][pruned_pct_l0drop_low_scratch_quarter_850]:.1f}% pruned, "
+     "{d[headline][seeds_l0drop_low_scratch_quarter_850]} seeds); the rule at 2,000 updates "
      "{d[headline][relative_gap_pct_quarter_2000]:+.1f}% ({d[headline][passes_6857_2000]:.0f} passes; the line "
      "through the shorter runs said {d[headline][predicted_pct_6857_2000]:+.1f}%) (3+3 x 128, CPU)",
      "no: not the protocol, not the budget past ten passes, not the data size",
