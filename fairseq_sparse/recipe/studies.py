@@ -10,8 +10,8 @@ from typing import Dict, Iterable, List, Optional, Sequence
 from .methods import CONTROL_OF
 
 
-class StudyError(SystemExit):
-    """A work dir's results.json that cannot be read as the recipe writes it (exits with its message)."""
+class StudyError(ValueError):
+    """A work dir's results.json that cannot be read as the recipe writes it (its message names the file)."""
 
 
 def read_results(path: str, where: Optional[str] = None) -> Optional[dict]:

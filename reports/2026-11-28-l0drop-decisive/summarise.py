@@ -21,6 +21,12 @@ from fairseq_sparse.recipe.studies import budget_rows, means as studies_means
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+#: the (fraction, model, updates) points README and the status table quote, by their headline names
+HEADLINE_POINTS = {(0.25, "pattern_freq_scratch", 850): "quarter_850", (0.5, "pattern_freq_scratch", 850): "half_850",
+                   (0.25, "pattern_freq_scratch", 2000): "quarter_2000",
+                   (0.25, "l0drop_scratch", 850): "l0drop_scratch_quarter_850",
+                   (0.25, "l0drop_low_scratch", 850): "l0drop_low_scratch_quarter_850",
+                   (0.25, "pattern_freq_scratch_layers6", 850): "quarter_850_layers6"}
 #: the models of the quality-against-pruning plot, as its legend names them (in the order of their share pruned)
 PRUNED_PLOT = {"l0drop_low_scratch": "learned 0.3", "l0drop_scratch": "learned 0.5", "pattern_freq_scratch": "freq rule"}
 #: a pair's work dir: f0.25_s1, or the device call's DEC_f0.25_s1; a suffix (f0.25_s1_l0drop): more models of it
@@ -253,18 +259,14 @@ def summarise(out, earlier=None):
     per_epoch = {float(k): v for k, v in (earlier or {}).get("data_axis", {}).get("updates_per_epoch", {}).items()}
     axis = data_axis(means, {**per_epoch, **updates_per_epoch(out)},
                      registered_line=(earlier or {}).get("data_axis", {}).get("fit_passes_registered"))
-    for key, name in (("f0.25/pattern_freq_scratch@850", "quarter_850"), ("f0.5/pattern_freq_scratch@850", "half_850"),
-                      ("f0.25/pattern_freq_scratch@2000", "quarter_2000"),
-                      ("f0.25/l0drop_scratch@850", "l0drop_scratch_quarter_850"),
-                      ("f0.25/l0drop_low_scratch@850", "l0drop_low_scratch_quarter_850"),
-                      ("f0.25/pattern_freq_scratch_layers6@850", "quarter_850_layers6")):
-        if key in means and means[key]["relative_gap"] is not None:
-            headline[f"relative_gap_pct_{name}"] = round(100 * means[key]["relative_gap"], 1)
-            headline[f"seeds_{name}"] = len(means[key]["seeds"])
-            fraction, model, updates = re.fullmatch(r"f([\d.]+)/(\w+)@(\d+)", key).groups()
+    for (fraction, model, updates), name in HEADLINE_POINTS.items():
+        m = means.get(f"f{fraction:g}/{model}@{updates}")
+        if m and m["relative_gap"] is not None:
+            headline[f"relative_gap_pct_{name}"] = round(100 * m["relative_gap"], 1)
+            headline[f"seeds_{name}"] = len(m["seeds"])
             headline[f"relative_gap_pct_{name}_per_seed"] = [
                 round(100 * x["relative_gap"], 1) for x in rows
-                if (x["fraction"], x["model"], x["updates"]) == (float(fraction), model, int(updates))]
+                if (x["fraction"], x["model"], x["updates"]) == (fraction, model, updates)]
     for model in ("l0drop_scratch", "l0drop_low_scratch"):  # learned gates: the share they prune, mean of seeds
         pruned = [x["sparsity"] for x in rows if (x["fraction"], x["model"], x["updates"]) == (0.25, model, 850)]
         if pruned:
