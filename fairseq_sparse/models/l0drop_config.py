@@ -7,6 +7,7 @@ from typing import Optional
 
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
+from ..modules.encoder_merge import MERGE_CHOICES
 from ..modules.encoder_patterns import PATTERNS
 from ..modules.hard_concrete import DEFAULT_BETA, DEFAULT_GAMMA, DEFAULT_ZETA
 from ..modules.l0drop import DROPPED_AS_CHOICES
@@ -59,6 +60,13 @@ class L0DropConfig(FairseqDataclass):
                           "the rarest, 'group' all but every k-th position; decoded through the same compressed "
                           "memory as L0Drop"},
     )
+    encoder_output_merge: ChoiceEnum(MERGE_CHOICES) = field(
+        default="none",
+        metadata={"help": "fold each pruned encoder output into a kept one instead of dropping its content (the "
+                          "nearest kept state to its left; leading ones into the first): 'mean' of the group, "
+                          "'attention' a learned softmax weighting within it; the kept count and the compressed "
+                          "memory are those of dropping. With learned gates or any --encoder-output-pattern"},
+    )
     encoder_output_pattern_top_k: Optional[int] = field(
         default=None, metadata={"help": "freq: drop the K most frequent source tokens (the paper: 100)"})
     encoder_output_pattern_min_rank: Optional[int] = field(
@@ -70,6 +78,16 @@ class L0DropConfig(FairseqDataclass):
         metadata={"help": "instead of the pattern's own setting: the share of source tokens to drop (freq, "
                           "inv-freq: from the dictionary's counts; group: k = 1 / (1 - rate))"},
     )
+
+
+def check_merge_args(args):
+    """--encoder-output-merge: one of its choices, on the encoder output only."""
+    merge = getattr(args, "encoder_output_merge", "none")
+    if merge not in MERGE_CHOICES:
+        raise ValueError(f"--encoder-output-merge must be one of {', '.join(MERGE_CHOICES)}, got {merge!r}")
+    if merge != "none" and args.l0drop_between_layers:
+        raise ValueError("--encoder-output-merge folds the pruned states of the encoder output; it does not combine "
+                         "with --l0drop-between-layers (states dropped inside the encoder are gone before the output)")
 
 
 PATTERN_SETTINGS = {"freq": "encoder_output_pattern_top_k", "inv-freq": "encoder_output_pattern_min_rank",

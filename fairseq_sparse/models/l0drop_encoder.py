@@ -15,6 +15,7 @@ from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 from torch import Tensor
 
 from ..modules.count_attention import CountAwareAttention
+from ..modules.encoder_merge import EncoderOutputMerge
 from ..modules.encoder_patterns import EncoderOutputPattern
 from ..modules.hard_concrete import HardConcrete
 from ..modules.l0drop import CompactedEncoder, CompressedMemory, L0Drop, compress, decoder_padding_mask
@@ -115,6 +116,7 @@ class L0DropTransformerEncoder(TransformerEncoder):
 
         self.pattern = output_pattern(args, dictionary)
         self.l0drop = make_l0drop("l0drop") if self.pattern is None else None
+        self.merge = output_merge(args, embed_dim)
         self.layer_l0drops = None
         self._python_hooks = []  # their handles (drop_python_hooks)
         if args.l0drop_between_layers:
@@ -125,8 +127,7 @@ class L0DropTransformerEncoder(TransformerEncoder):
                 self._python_hooks.append(
                     self.layers[k].register_forward_pre_hook(self._hide_dropped_states, with_kwargs=True))
                 if k < n - 1:
-                    # a partial of a bound method, not a closure: copy.deepcopy (fairseq's --ema,
-                    # quantize_dynamic) rebinds it to the copy
+                    # a partial of a bound method, not a closure: copy.deepcopy (--ema, quantize_dynamic) rebinds it
                     self._python_hooks.append(
                         self.layers[k].register_forward_hook(functools.partial(self._gate_layer_output, k)))
         self._alive: Optional[Tensor] = None  # states not dropped so far, during one forward pass
@@ -140,9 +141,8 @@ class L0DropTransformerEncoder(TransformerEncoder):
         return self.pattern is not None and self.pattern.kind == "pos"
 
     def drop_python_hooks(self):
-        """Remove the forward hooks of --l0drop-between-layers, which TorchScript cannot compile, before a copy of
-        the model is scripted (fairseq-sparse-export): the scripted generators take
-        :meth:`forward_compacted_test_time`, which calls the layers itself. The eager :meth:`forward` needs them."""
+        """Remove the hooks of --l0drop-between-layers (TorchScript cannot compile them) before a copy of the model is
+        scripted: the scripted generators take :meth:`forward_compacted_test_time`; the eager :meth:`forward` needs them."""
         for handle in self._python_hooks:
             handle.remove()
         self._python_hooks = []
@@ -186,12 +186,15 @@ class L0DropTransformerEncoder(TransformerEncoder):
             out = super().forward(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
             if self._compacted is not None:
                 return self._compacted_output(out)
+            h = out["encoder_out"][0]
             if self.pattern is not None:
                 gates = self.pattern(src_tokens, self._pad, src_tags)
-                x = out["encoder_out"][0] * gates.transpose(0, 1).unsqueeze(-1).to(out["encoder_out"][0].dtype)
+                x = h * gates.transpose(0, 1).unsqueeze(-1).to(h.dtype)
                 self.pattern.record_rate(gates, self._pad)
             else:
-                x, gates = self.l0drop(out["encoder_out"][0], self._pad, alive=self._alive)
+                x, gates = self.l0drop(h, self._pad, alive=self._alive)
+            if self.merge is not None:  # pruned states folded into kept ones (--encoder-output-merge)
+                x = self.merge(h, gates, self._pad)
         finally:
             self._alive, self._pad, self._compacted = None, None, None
             for layer in self.layers:
@@ -206,21 +209,23 @@ class L0DropTransformerEncoder(TransformerEncoder):
         return pruned_output(out, compress(x, gates, pad, self.dropped_as), gates)
 
     def forward_test_time(self, src_tokens: Tensor, src_lengths: Tensor) -> Dict[str, List[Tensor]]:
-        """What the generators get in eval mode, in code TorchScript compiles: fairseq's encoder, g_hat (or a
-        pattern's gates), and the compressed memory (or, without pruned decoding, the gated one); with
-        --l0drop-between-layers the compacted encoder (:meth:`forward_compacted_test_time`). fairseq-sparse-export's
-        path; the eager generators take :meth:`forward`, which also records the statistics."""
+        """What the generators get in eval mode, in code TorchScript compiles (fairseq-sparse-export's path): g_hat (or a
+        pattern's gates), merged states, the compressed memory (or the gated one); between layers the compacted
+        encoder. The eager generators take :meth:`forward`, which also records the statistics."""
         if self.layer_l0drops is not None:
             return self.forward_compacted_test_time(src_tokens)
         out = self.forward_scriptable(src_tokens, src_lengths, False, None)
         pad = src_tokens.eq(self.padding_idx)
-        x = out["encoder_out"][0]
+        h = out["encoder_out"][0]
         pattern = self.pattern
         if pattern is not None:  # a rule (not the POS pattern: no tags reach a scripted model)
             gates = pattern(src_tokens, pad, None)
-            x = x * gates.transpose(0, 1).unsqueeze(-1).to(x.dtype)
+            x = h * gates.transpose(0, 1).unsqueeze(-1).to(h.dtype)
         else:
-            x, gates = self.l0drop.test_time_gates(x, pad)
+            x, gates = self.l0drop.test_time_gates(h, pad)
+        merge = self.merge
+        if merge is not None:
+            x = merge(h, gates, pad)
         if not self.pruned_decoding:
             mask = decoder_padding_mask(gates, pad, self.dropped_as)
             assert mask is not None  # pad is a tensor
@@ -238,10 +243,8 @@ class L0DropTransformerEncoder(TransformerEncoder):
         x = (x * (1 - pad.unsqueeze(-1).type_as(x))).transpose(0, 1)
         gated = self.layer_l0drops
         assert gated is not None
-        # each layer reads the rows' padding mask and, once compacted, the dummy's log count on its self-attention
-        # (what the hooks hand it in forward); TorchScript passes no module to a function, hence the repetition
-        # hasattr, not isinstance: TorchScript's isinstance matched only the first compiled shape of
-        # CountAwareAttention (see L0DropTransformerDecoder._set_log_count)
+        # each layer reads the rows' padding mask and the dummy's log count (what the hooks hand it in forward);
+        # hasattr, not isinstance: see L0DropTransformerDecoder._set_log_count
         for layer, gate in zip(self.layers, gated):  # every layer but the last, each followed by its gates
             mask, log_count = rows.layer_inputs()
             if hasattr(layer.self_attn, "log_count_for_call"):  # not a layer whose heads were all pruned
@@ -291,8 +294,7 @@ class L0DropTransformerEncoder(TransformerEncoder):
         return out
 
     def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order: Tensor):
-        """Nothing is copied: our decoder reads the memory at the first step only and reorders its own caches (keys
-        and values, log counts, the attention map); one memory row per sentence (fairseq's beamable attention)."""
+        """Nothing is copied: our decoder reads the memory at the first step only and reorders its own caches."""
         return encoder_out
 
 
@@ -309,6 +311,12 @@ def output_pattern(args, dictionary) -> Optional[EncoderOutputPattern]:
     logger.info("encoder output pattern %s%s", pattern.extra_repr(), "" if share is None else
                 f": drops {100 * share:.1f}% of the dictionary's counted tokens")
     return pattern
+
+
+def output_merge(args, embed_dim: int) -> Optional[EncoderOutputMerge]:
+    """--encoder-output-merge: pruned states folded into kept ones; None for "none"."""
+    kind = getattr(args, "encoder_output_merge", "none")
+    return None if kind == "none" else EncoderOutputMerge(kind, embed_dim)
 
 
 def pruned_output(out: Dict[str, List[Tensor]], mem: CompressedMemory, gates: Tensor) -> Dict[str, List[Tensor]]:

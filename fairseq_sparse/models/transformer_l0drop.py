@@ -26,6 +26,7 @@ from .l0drop_config import (
     LAYER_PENALTY_CHOICES,
     PRUNED_DECODING_HELP,
     L0DropConfig,
+    check_merge_args,
     check_pattern_args,
     parse_bool,
 )
@@ -67,6 +68,7 @@ class L0DropTransformerModel(SparseTransformerModel):
         check_gate_options("--l0drop", args.l0drop_beta, args.l0drop_gamma, args.l0drop_zeta, "init-bias",
                            args.l0drop_init_bias)
         check_pattern_args(args)
+        check_merge_args(args)
         if args.l0drop_between_layers and args.encoder_layers < 2:
             raise ValueError(f"--l0drop-between-layers gates the states between encoder layers, but --encoder-layers "
                              f"{args.encoder_layers} has no such place; use 2 or more encoder layers or drop the option")

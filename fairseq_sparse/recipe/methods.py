@@ -99,6 +99,14 @@ def _pattern(kind: str, what: str, row_name: str) -> Method:
         flags=lambda a: ["--encoder-output-pattern", kind, "--encoder-output-pattern-rate", str(a.l0drop_target)])
 
 
+def merged(m: Method, kind: str) -> Method:
+    """Method M with its pruned encoder outputs folded into kept ones (--encoder-output-merge KIND): the same kept
+    count and decoding cost, the dropped states' content kept."""
+    return replace(m, name=f"{m.name}_merge_{kind}", summary=f"{m.summary}; pruned states merged into kept ones "
+                   f"({kind})", what=lambda a: f"{m.what(a)}, pruned states merged ({kind})", opt_in=True,
+                   flags=lambda a: m.flags(a) + ["--encoder-output-merge", kind])
+
+
 #: every model, in the order the recipe runs its steps and the report lists its rows
 METHODS: Tuple[Method, ...] = (
     Method("baseline", "the stock fairseq transformer every method starts from",
@@ -186,8 +194,12 @@ METHODS: Tuple[Method, ...] = (
                             "--sparsity-target-warmup-updates", str(min(a.target_warmup_updates, a.curve_updates // 2))]),
 )
 
+#: the methods the recipe also trains with merging instead of dropping (``<name>_merge_mean``, ``_merge_attention``)
+MERGED_OF = ("l0drop", "pattern_freq")
+METHODS = METHODS + tuple(merged(m, kind) for m in METHODS if m.name in MERGED_OF for kind in ("mean", "attention"))
 #: the methods the recipe can also train from random weights (``<name>_scratch``), beside the stock baseline
-SCRATCH_OF = ("l0drop", "l0drop_low", "heads_all", "pattern_freq", "pattern_pos", "pattern_group")
+SCRATCH_OF = ("l0drop", "l0drop_low", "heads_all", "pattern_freq", "pattern_pos", "pattern_group", "l0drop_merge_mean",
+              "l0drop_merge_attention", "pattern_freq_merge_mean", "pattern_freq_merge_attention")
 #: the options of a sparsity pressure (a gated method's): held back until --scratch-pressure-start from scratch
 PRESSURE_OPTIONS = ("--l0drop-target-sparsity", "--head-gates-target-sparsity", "--l0drop-lambda")
 

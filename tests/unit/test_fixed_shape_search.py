@@ -23,6 +23,9 @@ SCORE_TOL = 1e-5
 ARCHITECTURES = {
     "transformer": ("transformer",),
     "l0drop, pruned decoding": ("transformer_l0drop",),
+    "l0drop merged (attention), head gates, simplified decoder": (
+        "transformer_l0drop", "--encoder-output-merge", "attention", "--head-gates", "enc,dec,encdec",
+        "--simplified-decoder"),
     "l0drop between layers, compacted encoder": ("transformer_l0drop",
                                                  "--l0drop-between-layers", "--compact-encoder", "True"),
     "head gates": ("transformer_head_gates", "--head-gates", "enc,dec,encdec"),
@@ -55,6 +58,8 @@ def gated(model, seed=0):
                 p.copy_(torch.randn(p.shape, generator=g) * 3.0)
             elif name.endswith("log_alpha_proj.bias"):
                 p.fill_(-0.5)
+            elif name.endswith("merge.score.weight"):
+                p.copy_(torch.randn(p.shape, generator=g))
             elif name.endswith("log_alpha") and p.dim() == 1:
                 p.copy_(torch.where(torch.rand(p.shape, generator=g) < 0.3, -10.0, 3.0))
             elif ".coverage.logit." in name:  # zero at initialisation: coverage would change nothing

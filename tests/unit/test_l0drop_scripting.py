@@ -1,6 +1,7 @@
 """transformer_l0drop under torch.jit.script (fairseq-sparse-export): the encoder's scripted path
 (``forward_test_time``) gives the memory of the eager generators' path, and the scripted beam search the eager
-one's hypotheses, for gates on the output and between layers, the rule-based patterns (group, freq), states
+one's hypotheses, for gates on the output and between layers, the rule-based patterns (group, freq), merged
+outputs (--encoder-output-merge), states
 dropped as zeros or masked, pruned decoding on and off. In-process models with random gates (no training); trained checkpoints: tests/e2e/test_export_e2e.py."""
 import copy
 
@@ -13,9 +14,11 @@ from helpers.models import build_l0drop_model, mixed_length_batch
 
 GROUP = ["--encoder-output-pattern", "group", "--encoder-output-pattern-every", "2"]
 FREQ = ["--encoder-output-pattern", "freq", "--encoder-output-pattern-top-k", "6"]
-#: (dropped_as, between, pruned_decoding, pattern options)
+MERGE_MEAN, MERGE_ATTENTION = (["--encoder-output-merge", kind] for kind in ("mean", "attention"))
+#: (dropped_as, between, pruned_decoding, pattern and merge options)
 CASES = [("zero", False, True, []), ("mask", False, True, []), ("zero", False, False, []), ("zero", True, True, []),
-         ("mask", True, True, []), ("zero", False, True, GROUP), ("mask", False, True, FREQ)]
+         ("mask", True, True, []), ("zero", False, True, GROUP), ("mask", False, True, FREQ),
+         ("zero", False, True, MERGE_ATTENTION), ("mask", False, True, FREQ + MERGE_MEAN)]
 
 
 def gated_model(dropped_as, between, pruned_decoding, pattern):
@@ -26,11 +29,13 @@ def gated_model(dropped_as, between, pruned_decoding, pattern):
     model.eval()
     model.encoder.pruned_decoding = pruned_decoding
     g = torch.Generator().manual_seed(0)
-    gates = [] if pattern else [model.encoder.l0drop]
+    gates = [] if "--encoder-output-pattern" in pattern else [model.encoder.l0drop]
     with torch.no_grad():
         for gate in gates + (list(model.encoder.layer_l0drops) if between else []):
             gate.log_alpha_proj.weight.copy_(torch.randn(gate.log_alpha_proj.weight.shape, generator=g))
             gate.log_alpha_proj.bias.fill_(-3.0)
+        if model.encoder.merge is not None and model.encoder.merge.score is not None:
+            model.encoder.merge.score.weight.copy_(torch.randn(model.encoder.merge.score.weight.shape, generator=g))
     return model
 
 
@@ -112,6 +117,8 @@ def test_scripted_model_with_other_head_counts_per_layer_gives_the_eager_hypothe
         for gate in [model.encoder.l0drop] + list(model.encoder.layer_l0drops):
             gate.log_alpha_proj.weight.copy_(torch.randn(gate.log_alpha_proj.weight.shape, generator=g))
             gate.log_alpha_proj.bias.fill_(-3.0)
+        if model.encoder.merge is not None and model.encoder.merge.score is not None:
+            model.encoder.merge.score.weight.copy_(torch.randn(model.encoder.merge.score.weight.shape, generator=g))
     prune_heads(model, {("enc", 0): [0], ("enc", 2): [], ("encdec", 0): [1]})
     d = model.encoder.dictionary
     task = TranslationTask(TranslationConfig(), d, d)

@@ -29,8 +29,9 @@ def test_steps_controls_and_opt_ins_follow_from_the_table():
     names = [m.name for m in methods.METHODS]
     assert methods.STEPS == ("prepare", names[0], "distill_data", *names[1:], "speed", "gap_analysis", "report")
     scratch = {f"{n}_scratch" for n in methods.SCRATCH_OF}
+    merged = {f"{n}_merge_{kind}" for n in ("l0drop", "pattern_freq") for kind in ("mean", "attention")}
     assert set(methods.OPT_IN_STEPS) == {"speed", "pattern_pos", "l0drop_low", "l0drop_layers", "simplified_control", "composed",
-                                         "distill_data", "gap_analysis"} | scratch
+                                         "distill_data", "gap_analysis"} | scratch | merged
     assert methods.CONTROL_OF["l0drop"] == "control" and methods.CONTROL_OF["heads_enc"] == "control_frozen"
     assert "baseline" not in methods.CONTROL_OF and "curve" not in methods.CONTROL_OF
     assert set(methods.STEP_SUMMARY) == set(methods.STEPS)
@@ -46,6 +47,18 @@ def test_finetune_command_starts_from_its_model_and_resumes_without_it():
     assert "--finetune-from-model" not in commands.finetune(a, "bin", l0drop, resume=True)
     composed = commands.finetune(a, "bin", methods.BY_NAME["composed"])
     assert composed[composed.index("--finetune-from-model") + 1] == "simplified/checkpoint_best.pt"
+
+
+def test_merged_methods_are_their_dropping_method_with_the_merge_from_scratch_too():
+    a = options()
+    for name in ("l0drop", "pattern_freq"):
+        for kind in ("mean", "attention"):
+            for suffix in ("", "_scratch"):
+                merged, dropping = (methods.BY_NAME[f"{n}{suffix}"] for n in (f"{name}_merge_{kind}", name))
+                flags = merged.flags(a)
+                at = flags.index("--encoder-output-merge")
+                assert flags[at + 1] == kind and flags[:at] + flags[at + 2:] == dropping.flags(a)
+                assert merged.control == dropping.control and merged.start == dropping.start and merged.opt_in
 
 
 def test_the_composed_model_has_its_own_l0drop_target():
