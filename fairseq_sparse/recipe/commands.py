@@ -6,7 +6,7 @@ import os
 from functools import reduce
 
 from .methods import PRESSURE_OPTIONS, Method, updates_of
-from .options import CHAR_BOUNDARY
+from .options import CHAR_BOUNDARY, depths
 from .paths import BIN, USER_DIR
 
 
@@ -19,10 +19,10 @@ def lang_flags(a):
     return ["--source-lang", a.source_lang, "--target-lang", a.target_lang]
 
 
-def model_flags(layers, embed_dim, ffn_dim, heads, dropout=None):
-    """fairseq's transformer sizes, the same in the encoder and the decoder, embeddings shared (also what the
-    benchmarks and the test fixtures build)."""
-    return ["--encoder-layers", str(layers), "--decoder-layers", str(layers),
+def model_flags(layers, embed_dim, ffn_dim, heads, dropout=None, decoder_layers=None):
+    """fairseq's transformer sizes, the same in the encoder and the decoder (but for DECODER_LAYERS where given),
+    embeddings shared (also what the benchmarks and the test fixtures build)."""
+    return ["--encoder-layers", str(layers), "--decoder-layers", str(layers if decoder_layers is None else decoder_layers),
             "--encoder-embed-dim", str(embed_dim), "--decoder-embed-dim", str(embed_dim),
             "--encoder-ffn-embed-dim", str(ffn_dim), "--decoder-ffn-embed-dim", str(ffn_dim),
             "--encoder-attention-heads", str(heads), "--decoder-attention-heads", str(heads),
@@ -31,7 +31,8 @@ def model_flags(layers, embed_dim, ffn_dim, heads, dropout=None):
 
 def recipe_model_flags(a):
     norm = ["--encoder-normalize-before", "--decoder-normalize-before"] if getattr(a, "pre_norm", False) else []
-    return model_flags(a.layers, a.embed_dim, a.ffn_dim, a.heads, a.dropout) + norm
+    encoder_layers, decoder_layers = depths(a)
+    return model_flags(encoder_layers, a.embed_dim, a.ffn_dim, a.heads, a.dropout, decoder_layers) + norm
 
 
 def position_flags(a):

@@ -90,12 +90,12 @@ def _check_baseline_checkpoint(a, data):
         options, weights = model_options(state), state["model"]
     except Exception as e:
         fail(f"--baseline-checkpoint {path} is not a readable fairseq checkpoint ({type(e).__name__}: {e})")
-    want = {"encoder_layers": a.layers, "decoder_layers": a.layers, "encoder_embed_dim": a.embed_dim,
+    want = {"encoder_layers": commands.depths(a)[0], "decoder_layers": commands.depths(a)[1], "encoder_embed_dim": a.embed_dim,
             "encoder_ffn_embed_dim": a.ffn_dim, "encoder_attention_heads": a.heads}
     differ = [f"{k} {options.get(k)} (recipe: {v})" for k, v in want.items() if options.get(k) != v]
     if differ:
         fail(f"--baseline-checkpoint {path} has other sizes than the recipe's options: {', '.join(differ)}; pass "
-             "the matching --layers/--embed-dim/--ffn-dim/--heads")
+             "the matching --encoder-layers/--decoder-layers/--embed-dim/--ffn-dim/--heads")
     with open(os.path.join(data, f"dict.{a.source_lang}.txt"), encoding="utf-8") as f:
         words = sum(1 for _ in f) + 4  # fairseq adds 4 special symbols
     rows = weights.get("encoder.embed_tokens.weight")

@@ -27,6 +27,12 @@ LR = {"cpu": 2e-3, "cuda": 1.5e-3}
 HEAD_GATES_REPORT = "reports/2026-11-26-head-gates-two-seeds/README.md"
 
 
+def depths(a):
+    """(encoder layers, decoder layers): --encoder-layers / --decoder-layers, each --layers where not given."""
+    return tuple(a.layers if getattr(a, f"{side}_layers", None) is None else getattr(a, f"{side}_layers")
+                 for side in ("encoder", "decoder"))
+
+
 def fail(message):
     """The recipe's one-line refusal (exit status 1)."""
     raise SystemExit(f"fairseq-sparse-recipe: error: {message}")
@@ -95,7 +101,11 @@ def _data(p):
 
 def _model(p):
     g = p.add_argument_group("model (stock transformer; every method keeps these sizes)")
-    g.add_argument("--layers", type=int, default=3, help="encoder and decoder layers")
+    g.add_argument("--layers", type=int, default=3, help="encoder and decoder layers (each unless set apart below)")
+    g.add_argument("--encoder-layers", type=int, default=None, metavar="N",
+                   help="encoder layers (default: --layers); a deep encoder and a shallow decoder cost about what "
+                        "equal depths do (Kasai et al. 2021)")
+    g.add_argument("--decoder-layers", type=int, default=None, metavar="N", help="decoder layers (default: --layers)")
     g.add_argument("--embed-dim", type=int, default=None, help="default: 128 on the CPU, 256 with --device cuda")
     g.add_argument("--ffn-dim", type=int, default=None, help="default: 512 on the CPU, 1024 with --device cuda")
     g.add_argument("--heads", type=int, default=4, help="attention heads per layer")
@@ -392,6 +402,10 @@ def _check_ranges(a):
                  "importance_sentences", "seq_kd_shards"):
         if getattr(a, name) < 1:
             return f"--{name.replace('_', '-')} must be at least 1"
+    for name in ("encoder_layers", "decoder_layers"):
+        if getattr(a, name) is not None and getattr(a, name) < 1:
+            return f"--{name.replace('_', '-')} must be at least 1"
+    encoder_layers, decoder_layers = depths(a)
     for name in ("bpe_merges", "warmup_updates", "target_warmup_updates", "threads", "baseline_patience",
                  "validate_interval_updates"):
         if getattr(a, name) < 0:
@@ -426,9 +440,12 @@ def _check_ranges(a):
     if a.embed_dim % a.heads:
         return f"--embed-dim {a.embed_dim} is not a multiple of --heads {a.heads}"
     between = [s for s in ("l0drop_layers", "composed") if s in a.steps.split(",")]
-    if between and a.layers < 2:
-        return (f"step {between[0]} gates the states between encoder layers: --layers {a.layers} has no such place "
-                "(use --layers 2 or more, or leave the step out)")
+    if between and encoder_layers < 2:
+        return (f"step {between[0]} gates the states between encoder layers: {encoder_layers} encoder layer has no "
+                "such place (use --layers or --encoder-layers 2 or more, or leave the step out)")
+    if "speed" in a.steps.split(",") and encoder_layers != decoder_layers:
+        return (f"step speed builds models of one depth; --encoder-layers {encoder_layers} and --decoder-layers "
+                f"{decoder_layers} differ: leave the step out (time the checkpoints with the benchmarks' --path)")
     return None
 
 

@@ -4,7 +4,7 @@ import os
 from argparse import Namespace
 
 from .methods import BY_NAME, CONTROL_OF, STEPS
-from .options import CHAR_BOUNDARY
+from .options import CHAR_BOUNDARY, depths
 
 #: (title, path relative to WORK) of every plot a step may make
 PLOTS = (
@@ -85,7 +85,7 @@ def header(a, models):
         "ROUGE-L F1, summary-level, with its bootstrap 95% interval (rouge-score's rougeLsum on sentences split after "
         ". ! ?, Porter-stemmed, averaged over documents, as files2rouge; ROUGE-1 / ROUGE-2 in results.json)")
     return [f"# fairseq_sparse report: {os.path.basename(os.path.normpath(corpus))} {a.source_lang}-{a.target_lang}", "",
-            f"Corpus: {corpus}; model: stock transformer, {a.layers}+{a.layers} layers, width {a.embed_dim}, FFN "
+            f"Corpus: {corpus}; model: stock transformer, {'+'.join(map(str, depths(a)))} layers, width {a.embed_dim}, FFN "
             f"{a.ffn_dim}, {a.heads} heads{units}; baseline at most {a.baseline_updates} updates of <= {a.max_tokens} tokens; "
             f"every fine-tuning and its control {a.finetune_updates} updates at lr {a.finetune_lr} (gates and "
             f"multipliers: --sparsity-lr {a.sparsity_lr}); one seed. {metric} on the {on} test "

@@ -208,6 +208,27 @@ def test_model_flags_are_the_recipe_sizes():
     assert flags[flags.index("--encoder-layers") + 1] == "2" and flags[flags.index("--decoder-ffn-embed-dim") + 1] == "96"
 
 
+def test_encoder_and_decoder_depths_are_set_apart_and_default_to_layers():
+    flags = commands.recipe_model_flags(options("--encoder-layers", "6", "--decoder-layers", "1", "--pre-norm"))
+    assert flags[flags.index("--encoder-layers") + 1] == "6" and flags[flags.index("--decoder-layers") + 1] == "1"
+    assert "--encoder-normalize-before" in flags and "--decoder-normalize-before" in flags
+    flags = commands.recipe_model_flags(options("--layers", "4", "--decoder-layers", "2"))
+    assert flags[flags.index("--encoder-layers") + 1] == "4" and flags[flags.index("--decoder-layers") + 1] == "2"
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--encoder-layers", "0"], "--encoder-layers must be at least 1"),
+    (["--encoder-layers", "6", "--decoder-layers", "1", "--steps", "baseline,speed"], "step speed builds models of one depth"),
+    (["--encoder-layers", "1", "--steps", "l0drop_layers"], "1 encoder layer has no such place"),
+])
+def test_bad_depths_are_refused_in_one_line(extra, message, capsys):
+    from fairseq_sparse.recipe.options import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(["--corpus", "c", "-s", "en", "-t", "de", "--work-dir", "w", "--device", "cpu"] + extra)
+    assert message in capsys.readouterr().err.splitlines()[-1]
+
+
 def test_pre_norm_reaches_the_baseline_and_every_fine_tuning_alike():
     norm = ["--encoder-normalize-before", "--decoder-normalize-before"]
     a = options("--pre-norm")
