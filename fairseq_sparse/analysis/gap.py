@@ -1,6 +1,7 @@
 """Where a sparse model loses against its control, from test decodings alone (no training): the BLEU gap by segment
-type and by source length, brevity, and the recall of reference words copied verbatim from the source, split by
-whether the model pruned their source pieces. Lists in, dicts out; the recipe's ``gap_analysis`` step feeds it."""
+type, by source length and by the share of reference words copied from the source, brevity, chrF, repeated n-grams,
+and the recall of reference words copied verbatim from the source, split by whether the model pruned their source
+pieces. Lists in, dicts out; the recipe's ``gap_analysis`` step feeds it."""
 from collections import Counter
 from typing import Dict, List, Optional, Sequence
 
@@ -67,11 +68,7 @@ def copy_recall(sources: Sequence[Sequence[tuple]], refs: Sequence[str], hyps: S
     :func:`source_words`), for the words whose source pieces were 'kept', 'partly' or 'pruned'. A reference word
     found in several source places takes the state of its first. TOKENIZE splits the detokenised text (default:
     sacrebleu's 13a)."""
-    if tokenize is None:
-        from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
-
-        t13a = Tokenizer13a()
-        tokenize = lambda s: t13a(s).split()  # noqa: E731
+    tokenize = _tokenizer(tokenize)
     totals: Dict[str, List[int]] = {"all": [0, 0]}
     for words, ref, hyp in zip(sources, refs, hyps):
         state_of = {}
@@ -88,3 +85,54 @@ def copy_recall(sources: Sequence[Sequence[tuple]], refs: Sequence[str], hyps: S
                 t[1] += got
     return {k: {"words": t[0], "recalled": t[1], "recall": round(t[1] / t[0], 4) if t[0] else None}
             for k, t in sorted(totals.items(), key=lambda kv: kv[0] != "all")}
+
+
+def _tokenizer(tokenize):
+    """TOKENIZE, or sacrebleu's 13a tokenisation as a function from text to words."""
+    if tokenize is not None:
+        return tokenize
+    from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+
+    t13a = Tokenizer13a()
+    return lambda s: t13a(s).split()
+
+
+def chrf(hyps: Sequence[str], refs: Sequence[str]) -> float:
+    """sacrebleu's corpus chrF (character 6-grams, beta 2; Popovic 2015): less harsh than BLEU on a word split or
+    inflected differently."""
+    from sacrebleu.metrics import CHRF
+
+    return round(CHRF().corpus_score(list(hyps), [list(refs)]).score, 2)
+
+
+def repeated_ngrams(hyps: Sequence[str], n: int = 3, tokenize=None) -> Optional[float]:
+    """The share of the hypotheses' word n-grams that repeat an earlier n-gram of the same hypothesis (a decoder
+    looping on what it has written), pooled over the corpus; None where no hypothesis has n words."""
+    tokenize = _tokenizer(tokenize)
+    total = repeated = 0
+    for hyp in hyps:
+        words, seen = tokenize(hyp), set()
+        for i in range(len(words) - n + 1):
+            gram = tuple(words[i:i + n])
+            repeated += gram in seen
+            seen.add(gram)
+            total += 1
+    return round(repeated / total, 4) if total else None
+
+
+#: shares of a reference's words copied verbatim from its source where one bucket ends
+COPY_EDGES = (0.0, 0.25)
+
+
+def copy_share_bucket(words: Sequence[tuple], ref: str, tokenize=None, edges: Sequence[float] = COPY_EDGES) -> str:
+    """The bucket of the share of REF's words found verbatim among the source WORDS (:func:`source_words`): 'none',
+    'up to 25%', 'over 25%' for the default edges."""
+    tokens = _tokenizer(tokenize)(ref)
+    source = {w for w, _ in words}
+    share = sum(t in source for t in tokens) / len(tokens) if tokens else 0.0
+    if share <= edges[0]:
+        return "none"
+    for edge in edges[1:]:
+        if share <= edge:
+            return f"up to {edge:.0%}"
+    return f"over {edges[-1]:.0%}"

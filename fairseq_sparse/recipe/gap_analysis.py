@@ -1,6 +1,7 @@
 """The ``gap_analysis`` step: where each source-pruning model (L0Drop, the rule-based patterns, and their *_scratch
 forms) loses against its control at equal updates, from decodings and forward passes only (no training): the gap
-by segment type (--segment-types) and by source length, brevity, the recall of reference words copied verbatim from
+by segment type (--segment-types), by source length and by the share of reference words copied from the source,
+brevity, chrF, repeated trigrams, the recall of reference words copied verbatim from
 the source split by whether the model pruned their pieces, and train against valid NLL of both models
 (under-fitting or generalisation). One JSON per model in WORK/gap_analysis/, and a section of the report."""
 import csv
@@ -144,6 +145,10 @@ def compare(a, ev, mine, theirs):
             "brevity": {"method": gap.brevity(hyps, refs, tokenize), "control": gap.brevity(ctrl, refs, tokenize)},
             "by_length": gap.by_group(lengths, ctrl, hyps, refs, tokenize),
             "by_segment_type": gap.by_group(types, ctrl, hyps, refs, tokenize) if types else None,
+            "by_copy_share": gap.by_group([gap.copy_share_bucket(w, r) for w, r in zip(sources, refs)], ctrl, hyps,
+                                          refs, tokenize),
+            "chrf": {"method": gap.chrf(hyps, refs), "control": gap.chrf(ctrl, refs)},
+            "repeated_trigrams": {"method": gap.repeated_ngrams(hyps), "control": gap.repeated_ngrams(ctrl)},
             "copy_recall": {"method": gap.copy_recall(sources, refs, hyps),
                             "control": gap.copy_recall(sources, refs, ctrl)},
             # the source's pieces pruned, end-of-sentence left out (no rule or gate prunes it); fairseq-generate's

@@ -267,12 +267,12 @@ def gap_lines(analyses):
                   f"{b['method']['ratio']:.3f} against {b['control']['ratio']:.3f} (BP {b['method']['bp']:.3f} / "
                   f"{b['control']['bp']:.3f}); NLL per target token (base 2) on 1,000 training pairs {nll['method']['train_sample']['nll_loss']:.3f} "
                   f"/ {nll['control']['train_sample']['nll_loss']:.3f}, valid {nll['method']['valid']['nll_loss']:.3f} / "
-                  f"{nll['control']['valid']['nll_loss']:.3f} (model / control).", "",
+                  f"{nll['control']['valid']['nll_loss']:.3f} (model / control)." + extra_readouts(r), "",
                   "| group | sentences | control | model | gap | relative | length ratio (model / control) |",
                   "|---|---|---|---|---|---|---|"]
-        for title in ("by_segment_type", "by_length"):
+        for title, label in (("by_segment_type", ""), ("by_length", "length "), ("by_copy_share", "copied ")):
             for group, g in (r.get(title) or {}).items():
-                lines.append(f"| {'length ' if title == 'by_length' else ''}{group} | {g['sentences']} | "
+                lines.append(f"| {label}{group} | {g['sentences']} | "
                              f"{g['control']:.2f} | {g['method']:.2f} | {g['gap']:+.2f} | "
                              f"{cell(g['relative_gap'], '+.1%')} | {g['method_ratio']:.3f} / {g['control_ratio']:.3f} |")
         recall = r["copy_recall"]
@@ -281,6 +281,15 @@ def gap_lines(analyses):
                       f"{state} {cell(c['recall'], '.1%')} / {cell(recall['control'].get(state, {}).get('recall'), '.1%')} "
                       f"({c['words']} words)" for state, c in recall["method"].items()), ""]
     return lines
+
+
+def extra_readouts(r) -> str:
+    """chrF and repeated trigrams (model / control), for analyses that have them (before 2026-12 they did not)."""
+    if "chrf" not in r:
+        return ""
+    c, rep = r["chrf"], r["repeated_trigrams"]
+    return (f" chrF {c['method']:.2f} / {c['control']:.2f}; repeated trigrams {cell(rep['method'], '.1%')} / "
+            f"{cell(rep['control'], '.1%')}.")
 
 
 def plot_lines(plots):

@@ -461,3 +461,21 @@ def test_runs_side_by_side_writing_one_file_never_collide(tmp_path):
     errors = [p.communicate()[1] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], errors
     assert json.loads(open(path).read())["i"] == 299 and not list(tmp_path.glob("*.tmp"))
+
+
+def test_the_gap_section_shows_chrf_repeats_and_the_copy_share_groups():
+    from fairseq_sparse.recipe.report import gap_lines
+
+    group = {"sentences": 3, "control": 10.0, "method": 8.0, "gap": -2.0, "relative_gap": -0.2, "control_ratio": 1.0,
+             "method_ratio": 0.9}
+    nll = {"train_sample": {"nll_loss": 3.0}, "valid": {"nll_loss": 4.0}}
+    r = {"control": "baseline", "sparsity": 0.5, "overall": {"method": 8.0, "control": 10.0},
+         "brevity": {k: {"ratio": 1.0, "bp": 1.0} for k in ("method", "control")}, "nll": {"method": nll, "control": nll},
+         "by_length": {"1-10": group}, "by_copy_share": {"over 25%": group},
+         "copy_recall": {"method": {"all": {"recall": 0.5, "words": 4}}, "control": {"all": {"recall": 0.75}}},
+         "chrf": {"method": 30.5, "control": 35.25}, "repeated_trigrams": {"method": 0.02, "control": 0.01}}
+    text = "\n".join(gap_lines({"pattern_freq_merge_mean_scratch": r}))
+    assert "chrF 30.50 / 35.25; repeated trigrams 2.0% / 1.0%." in text
+    assert "| copied over 25% | 3 | 10.00 | 8.00 | -2.00 | -20.0% | 0.900 / 1.000 |" in text
+    del r["chrf"], r["repeated_trigrams"], r["by_copy_share"]  # an analysis of an earlier version still renders
+    assert "chrF" not in "\n".join(gap_lines({"x": r}))

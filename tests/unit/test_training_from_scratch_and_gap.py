@@ -95,6 +95,22 @@ def test_copy_recall_counts_copied_reference_words_by_what_happened_to_their_sou
     assert list(r) == ["all", "pruned", "kept"] or list(r)[0] == "all"
 
 
+def test_repeated_ngrams_chrf_and_the_copy_share_buckets():
+    from sacrebleu.metrics import CHRF
+
+    # "a b a b a": trigrams aba, bab, aba -> one of three repeats; "x y" has none
+    assert gap.repeated_ngrams(["a b a b a", "x y"], tokenize=str.split) == round(1 / 3, 4)
+    assert gap.repeated_ngrams(["x y"], tokenize=str.split) is None
+    assert gap.repeated_ngrams(["a a a a"], n=1, tokenize=str.split) == 0.75
+    hyps, refs = ["das ist gut", "hallo welt"], ["das ist sehr gut", "hallo welt"]
+    assert gap.chrf(hyps, refs) == round(CHRF().corpus_score(hyps, [refs]).score, 2)
+    words = [("libfoo", "pruned"), ("is", "kept"), ("a", "kept")]
+    assert gap.copy_share_bucket(words, "libfoo ist ein Werkzeug", tokenize=str.split) == "up to 25%"
+    assert gap.copy_share_bucket(words, "libfoo libfoo", tokenize=str.split) == "over 25%"
+    assert gap.copy_share_bucket(words, "nichts davon", tokenize=str.split) == "none"
+    assert gap.copy_share_bucket(words, "", tokenize=str.split) == "none"
+
+
 def test_gap_by_group_and_brevity_are_sacrebleus_numbers():
     from sacrebleu.metrics import BLEU
 
