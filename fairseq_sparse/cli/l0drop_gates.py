@@ -5,7 +5,8 @@
 
 Writes one line per source token: sentence id, position, token, g_hat (Zhang, Titov & Sennrich 2021,
 Eq. 13) and whether the state is pruned (g_hat = 0); with ``--token-summary FILE`` also the sparsity per
-token type (how often each word's encoding is pruned, Sec. 6). Prints the sparsity rate
+token type (how often each word's encoding is pruned, Sec. 6); with ``--content-probe FILE`` how much of each pruned
+piece the states the decoder still sees hold (a probe against the floor of the kept pieces' embeddings). Prints the sparsity rate
 #(g_hat = 0) / #source tokens (padding excluded) to stdout. Existing output files are replaced only with
 ``--overwrite``; every checkpoint of ``--path`` is checked before anything is loaded or written. The
 options are fairseq-generate's (batching, ``--cpu``, ``--model-overrides``).
@@ -17,6 +18,7 @@ from fairseq import checkpoint_utils, options, tasks, utils
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
 from fairseq_sparse.analysis import attention as att
+from fairseq_sparse.analysis import content_probe as content
 from fairseq_sparse.cli import common
 
 logger = logging.getLogger("fairseq_sparse.l0drop_gates")
@@ -28,6 +30,12 @@ def add_args(parser):
     group = parser.add_argument_group("L0Drop gate dump")
     group.add_argument("--gates-output", required=True, metavar="FILE", help="TSV: id, position, token, gate, pruned")
     group.add_argument("--token-summary", metavar="FILE", help="TSV: token, count, pruned count, sparsity")
+    group.add_argument("--content-probe", metavar="FILE",
+                       help="JSON: how well a probe recovers each pruned source piece from the states the decoder "
+                            "still sees, against the floor of the kept pieces' embeddings (trained on the first 80%% "
+                            "of the split's sentences read, scored on the rest; fairseq_sparse.analysis.content_probe)")
+    group.add_argument("--content-probe-sentences", type=int, default=5000, metavar="N",
+                       help="sentences of the split the content probe reads")
     common.add_overwrite_arg(group)
 
 
@@ -37,10 +45,14 @@ def validate(args):
     paths = args.path.split(os.pathsep)
     for path in paths:
         common.check_checkpoint_file(path, "--path")
-    if args.token_summary is not None and os.path.abspath(args.token_summary) == os.path.abspath(args.gates_output):
-        raise common.ToolError("--token-summary and --gates-output name the same file")
-    common.check_output_files([("--gates-output", args.gates_output), ("--token-summary", args.token_summary)],
-                              args.overwrite, inputs=paths, data=args.data)
+    if args.content_probe_sentences < 10:
+        raise common.ToolError(f"--content-probe-sentences must be at least 10, got {args.content_probe_sentences}")
+    outputs = [args.gates_output, args.token_summary, args.content_probe]
+    named = [os.path.abspath(p) for p in outputs if p is not None]
+    if len(set(named)) < len(named):
+        raise common.ToolError("--gates-output, --token-summary and --content-probe must name different files")
+    common.check_output_files([("--gates-output", args.gates_output), ("--token-summary", args.token_summary),
+                               ("--content-probe", args.content_probe)], args.overwrite, inputs=paths, data=args.data)
 
 
 def load(args):
@@ -87,11 +99,30 @@ def main(argv=None):
     common.write_tsv(args.gates_output, ["id", "position", "token", "gate", "pruned"], rows, float_spec="{:.6g}")
     if args.token_summary:
         common.write_tsv(args.token_summary, ["token", "count", "pruned", "sparsity"], att.token_sparsity(rows))
+    if args.content_probe:
+        content_probe(args, model, task, dataset, cuda)
     pruned = sum(r[4] for r in rows)
     rate = pruned / max(len(rows), 1)
     print(f"L0Drop sparsity rate {100 * rate:.2f}% ({pruned} of {len(rows)} source tokens pruned) on "
           f"{cfg.dataset.gen_subset}")
     return rate
+
+
+def content_probe(args, model, task, dataset, cuda):
+    """--content-probe: the probe and its floor on the split's first --content-probe-sentences sentences."""
+    samples = task.get_batch_iterator(dataset=dataset, max_tokens=args.max_tokens or 4096,
+                                      max_sentences=args.batch_size).next_epoch_itr(shuffle=False)
+    samples = (utils.move_to_cuda(s) if cuda else s for s in samples)
+    sentences = content.memory_sentences(model.encoder, samples, args.content_probe_sentences)
+    try:
+        result = content.probe_content(sentences, len(task.source_dictionary))
+    except ValueError as e:
+        common.fail(PROG, f"--content-probe: {e}")
+    result["sentences"] = len(sentences)
+    common.write_json(args.content_probe, result)
+    print(f"content probe: pruned pieces recovered from the kept states {result['states']['accuracy']:.1%} "
+          f"({result['states']['nll_bits']:.2f} bits), from the kept pieces' embeddings {result['embeddings']['accuracy']:.1%} "
+          f"({result['embeddings']['nll_bits']:.2f} bits); the states add {result['gain_bits']:.2f} bits")
 
 
 def cli_main():

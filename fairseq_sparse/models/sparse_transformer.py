@@ -50,6 +50,7 @@ from ..modules.decoder_layer import (
     decoder_layout_defaults,
     drop_absent_sublayer_params,
 )
+from ..modules.encoder_merge import EncoderOutputMerge
 from ..modules.hard_concrete import DEFAULT_GAMMA, DEFAULT_ZETA, HardConcrete, check_gate_options
 from ..modules.head_gates import ATTENTION_TYPES, add_head_gates, apply_kept_heads
 from ..modules.options import fill_dataclass_defaults
@@ -175,12 +176,12 @@ def freeze_decoder(model):
 
 def fill_missing_sparsity_params(model, state_dict, name):
     """Let fine-tuning start from a checkpoint without our gates (e.g. stock ``transformer``): parameters
-    of sparsity modules and coverage models absent from the checkpoint take their initial values."""
+    of sparsity modules, coverage models and output merges absent from the checkpoint take their initial values."""
     prefix = f"{name}." if name else ""
     own = model.state_dict()
     sparse_keys = set()
     for mod_name, module in model.named_modules():
-        if isinstance(module, (SparsityModule, Coverage)):
+        if isinstance(module, (SparsityModule, Coverage, EncoderOutputMerge)):
             sparse_keys.update(f"{mod_name}.{k}" if mod_name else k for k in module.state_dict())
     missing = [k for k in own if k in sparse_keys and prefix + k not in state_dict]
     if missing:

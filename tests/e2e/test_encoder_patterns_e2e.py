@@ -149,3 +149,50 @@ def test_pos_tags_tool_tags_words_not_pieces(tmp_path):
     assert lines[1:] == ["", "DT NN", ""]
     again = run([console("fairseq-sparse-pos-tags"), "--input", str(src), "--output", str(out)], check=False)
     assert again.returncode == 2 and "pass --overwrite" in again.stderr
+
+
+# ----------------------------------------------------------------------------------------------
+# merging instead of dropping (--encoder-output-merge): trained, decoded exactly, exported, probed
+
+
+@pytest.fixture(scope="module")
+def merged_ckpt(corpus, stock_transformer_ckpt, tmp_path_factory):
+    """The stock checkpoint fine-tuned 20 updates with the freq rule at rate 0.3, pruned states merged (attention)."""
+    from helpers.cli import train
+
+    save = str(tmp_path_factory.mktemp("merged"))
+    proc = train(corpus["bin"], save, ["--arch", "transformer_l0drop", "--encoder-output-pattern", "freq",
+                                       "--encoder-output-pattern-rate", "0.3", "--encoder-output-merge", "attention",
+                                       "--finetune-from-model", stock_transformer_ckpt], max_update=20)
+    assert "(merge): EncoderOutputMerge(" in proc.log and "initialising 1 gate parameters absent" in proc.log
+    return save + "/checkpoint_last.pt"
+
+
+def test_a_merged_model_decodes_exactly_and_exports_to_what_fairseq_generate_gives(corpus, merged_ckpt, tmp_path):
+    from helpers.cli import assert_same_decoding, generate, sparsity_line
+    from test_export_e2e import assert_same_as_fairseq_generate
+
+    pruned, unpruned = [generate(corpus["bin"], merged_ckpt, ["--model-overrides", repr({"pruned_decoding": p})])
+                        for p in (True, False)]
+    assert_same_decoding(pruned, unpruned)
+    assert sparsity_line(pruned)[0] > 10
+    assert_same_as_fairseq_generate(merged_ckpt, corpus, tmp_path, "merged")
+
+
+def test_the_content_probe_writes_the_states_against_their_floor(corpus, merged_ckpt, tmp_path):
+    import json
+
+    from conftest import USER_DIR, console, run
+    from helpers.cli import ENV
+
+    out, probe = tmp_path / "gates.tsv", tmp_path / "probe.json"
+    cmd = [console("fairseq-sparse-l0drop-gates"), corpus["bin"], "--user-dir", USER_DIR, "--path", merged_ckpt,
+           "--gen-subset", "valid", "--gates-output", str(out), "--cpu", "--batch-size", "16",
+           "--content-probe", str(probe), "--content-probe-sentences", "100"]
+    proc = run(cmd, env=ENV)
+    result = json.loads(probe.read_text())
+    assert result["sentences"] == 100 and result["states"]["pieces"] > 10
+    assert result["gain_bits"] == pytest.approx(result["embeddings"]["nll_bits"] - result["states"]["nll_bits"], abs=1e-3)
+    assert "content probe: pruned pieces recovered from the kept states" in proc.stdout
+    proc = run(cmd + ["--content-probe", str(out)], env=ENV, check=False)  # an output named twice
+    assert proc.returncode == 2 and "must name different files" in proc.stderr and "Traceback" not in proc.stderr
