@@ -5,7 +5,8 @@
 # same stock model; then the recipe's gap analysis and report of the work dir.
 #   CORPUS=ddtp/en-de OUT=runs/merge reports/2026-12-07-l0drop-merge/run.sh PHASE ...
 # PHASE: rule1 / rule2 (the freq rule's three models and the stock model, seed 1 / 2), gates1 / gates2 (learned
-# gates dropping and merging, seed 1 / 2, beside that seed's stock model), summary. A phase run again resumes its
+# gates dropping and merging, seed 1 / 2, beside that seed's stock model), rest (after rule1: rule2, gates1 and
+# gates2 side by side, with the reads), summary. A phase run again resumes its
 # work dir (the recipe reuses what finished). EXTRA: more recipe options for every run (with an OUT of its own).
 set -euo pipefail
 : "${CORPUS:?CORPUS=the en-de corpus folder (train/valid/test.{en,de})}" "${OUT:?OUT=a folder for the work dirs}"
@@ -40,7 +41,17 @@ for phase in "$@"; do
   case $phase in
     rule1|rule2) side_by_side "${phase#rule}" "${RULE[@]}" ;;
     gates1|gates2) side_by_side "${phase#gates}" baseline "${GATES[@]}" ;;
+    rest) # seed 1's read beside seed 2's rule models and both seeds' learned gates (8 trainings side by side),
+          # then the reads of both seeds
+      recipe 2 prepare
+      pids=()
+      for m in "${RULE[@]}"; do recipe 2 "$m" & pids+=($!); done
+      for s in 1 2; do for m in "${GATES[@]}"; do recipe "$s" "$m" & pids+=($!); done; done
+      recipe 1 gap_analysis,report
+      for m in "${pids[@]}"; do wait "$m"; done
+      recipe 2 gap_analysis,report
+      recipe 1 gap_analysis,report ;;
     summary) python3 "$(dirname "$0")/summarise.py" "$OUT" ;;
-    *) echo "unknown phase $phase (rule1 rule2 gates1 gates2 summary)" >&2; exit 2 ;;
+    *) echo "unknown phase $phase (rule1 rule2 gates1 gates2 rest summary)" >&2; exit 2 ;;
   esac
 done
