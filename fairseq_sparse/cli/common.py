@@ -12,7 +12,7 @@ import math
 import os
 import sys
 import zipfile
-from typing import Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Iterable, List, Optional, Sequence, Tuple
 
 logger = logging.getLogger("fairseq_sparse.cli")
 
@@ -45,18 +45,23 @@ def fail(prog: str, msg: str):
     raise SystemExit(2)
 
 
-def write_or_fail(prog: str, write, outputs: Sequence[str]):
-    """Run WRITE(), which writes OUTPUTS (directly or through ``OUTPUT.tmp``); on an OSError (a full disk, a folder
-    made read-only meanwhile) remove what it left of them and end in one line naming the file, exit status 2."""
+def write_or_fail(prog: str, writers: Sequence[Tuple[str, Callable[[str], object]]]):
+    """Write each (OUTPUT, WRITE) of WRITERS as WRITE(OUTPUT.part), then rename every part onto its output once all
+    are written. On an OSError (a full disk, a folder made read-only meanwhile) the parts are removed and every
+    output, an earlier run's included, stays as it was; one line naming the file, exit status 2."""
+    parts = [f"{path}.part" for path, _ in writers]
     try:
-        write()
+        for (_, write), part in zip(writers, parts):
+            write(part)
+        for (path, _), part in zip(writers, parts):
+            os.replace(part, path)
     except OSError as e:
-        for path in outputs:
-            for left in (path, f"{path}.tmp"):
+        for part in parts:
+            for left in (part, f"{part}.tmp"):  # .tmp: what fairseq's torch_persistent_save writes first
                 if os.path.exists(left):
                     os.remove(left)
-        fail(prog, f"cannot write {e.filename or outputs[0]}: {e.strerror or e}; nothing was left of "
-                   f"{', '.join(outputs)}")
+        fail(prog, f"cannot write {e.filename or writers[0][0]}: {e.strerror or e}; "
+                   f"{', '.join(path for path, _ in writers)} left as they were")
 
 
 def import_plugins(user_dir: Optional[str] = None):

@@ -129,7 +129,7 @@ def main(argv=None):
             raise common.ToolError(f"cannot export {args.path}: {e}") from None
     except common.ToolError as e:
         common.fail(PROG, str(e))
-    common.write_or_fail(PROG, lambda: export.save(scripted, args.output, metadata), [args.output])
+    common.write_or_fail(PROG, [(args.output, lambda part: export.save(scripted, part, metadata))])
     size = os.path.getsize(args.output)
     print(f"wrote {args.output} ({size / 2 ** 20:.1f} MiB): {arch}{' int8' if args.int8 else ''}, beam {args.beam}"
           f"{', no attention' if args.no_attention else ''}; "

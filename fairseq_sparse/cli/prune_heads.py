@@ -180,8 +180,8 @@ def main(argv=None):
     except common.ToolError as e:
         common.fail(PROG, str(e))
     kept_heads = common.kept_heads_path(args.output)
-    common.write_or_fail(PROG, lambda: (save_state(state, args.output), common.write_json(kept_heads, spec)),
-                         [args.output, kept_heads])
+    common.write_or_fail(PROG, [(args.output, lambda part: save_state(state, part)),
+                                (kept_heads, lambda part: common.write_json(part, spec))])
     after = sum(p.numel() for p in model.parameters())
     print(f"kept {sum(len(v) for v in keep.values())} of {heads_before} heads; parameters {before} -> {after} "
           f"({100.0 * (before - after) / before:.1f}% fewer); wrote {args.output}")

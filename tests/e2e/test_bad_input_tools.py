@@ -189,3 +189,28 @@ def test_a_full_disk_leaves_no_half_file_and_ends_in_one_line(corpus, tmp_path, 
                 "--output", str(artefact)], check=False)
     assert proc.returncode == 2 and "No space left on device" in proc.stderr and "Traceback" not in proc.stderr
     assert sorted(os.listdir(tmp_path)) == ["gated", "mask.json", "stock"]
+
+    # issue 62 item 1: with --overwrite onto an earlier run's outputs, a full disk deleted them; now they stay
+    earlier = {out: b"an earlier checkpoint", tmp_path / "pruned.kept_heads.json": b"{}", artefact: b"an earlier artefact"}
+    for path, data in earlier.items():
+        path.write_bytes(data)
+    proc = run([console("fairseq-sparse-export"), "--data", corpus["bin"], "--path", f"{stock}/checkpoint_last.pt",
+                "--output", str(artefact), "--overwrite"], check=False)
+    assert proc.returncode == 2 and "left as they were" in proc.stderr and "Traceback" not in proc.stderr
+    monkeypatch.undo()
+    monkeypatch.setattr(checkpoint_utils, "_torch_persistent_save", persistent_save)
+    prune = [console("fairseq-sparse-prune-heads"), "--path", f"{save}/checkpoint_last.pt", "--head-mask", str(mask),
+             "--output", str(out), "--overwrite"]
+    proc = run(prune, check=False)
+    assert proc.returncode == 2 and "No space left on device" in proc.stderr and "Traceback" not in proc.stderr
+    monkeypatch.undo()
+    from fairseq_sparse.cli import common
+
+    def json_on_a_full_disk(path, obj):  # the checkpoint written, its kept-heads JSON not: neither replaces its own
+        raise full_disk(path)
+
+    monkeypatch.setattr(common, "write_json", json_on_a_full_disk)
+    proc = run(prune, check=False)
+    assert proc.returncode == 2 and "No space left on device" in proc.stderr and "Traceback" not in proc.stderr
+    assert {p: p.read_bytes() for p in earlier} == earlier
+    assert sorted(os.listdir(tmp_path)) == sorted(["gated", "mask.json", "stock"] + [p.name for p in earlier])
