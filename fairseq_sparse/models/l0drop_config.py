@@ -60,6 +60,11 @@ class L0DropConfig(FairseqDataclass):
                           "the rarest, 'group' all but every k-th position; decoded through the same compressed "
                           "memory as L0Drop"},
     )
+    encoder_output_pattern_whole_words: bool = field(
+        default=False,
+        metadata={"help": "freq, inv-freq: drop a subword piece only when its whole word is dropped (no word split "
+                          "between kept and dropped pieces; drops less than the rate, which counts pieces)"},
+    )
     encoder_output_merge: ChoiceEnum(MERGE_CHOICES) = field(
         default="none",
         metadata={"help": "fold each pruned encoder output into a kept one instead of dropping its content (the "
@@ -102,6 +107,8 @@ def check_pattern_args(args):
     given = [f for f in list(PATTERN_SETTINGS.values()) + ["encoder_output_pattern_rate"]
              if getattr(args, f, None) is not None]
     option = lambda f: "--" + f.replace("_", "-")  # noqa: E731
+    if kind == "none" and getattr(args, "encoder_output_pattern_whole_words", False):
+        raise ValueError("--encoder-output-pattern-whole-words needs --encoder-output-pattern freq or inv-freq")
     if kind in ("none", "pos"):
         if given:
             raise ValueError(f"{option(given[0])} " + ("needs --encoder-output-pattern" if kind == "none" else
@@ -120,6 +127,8 @@ def check_pattern_args(args):
     setting = getattr(args, PATTERN_SETTINGS[kind]) if kind != "pos" else None
     if setting is not None and setting < (0 if kind == "freq" else 1):
         raise ValueError(f"{option(PATTERN_SETTINGS[kind])} must be >= {0 if kind == 'freq' else 1}, got {setting}")
+    if getattr(args, "encoder_output_pattern_whole_words", False) and kind not in ("freq", "inv-freq"):
+        raise ValueError(f"--encoder-output-pattern-whole-words applies to the freq and inv-freq patterns, not {kind}")
     if args.l0drop_between_layers:
         raise ValueError("--encoder-output-pattern replaces the gates of the encoder output; it does not combine "
                          "with --l0drop-between-layers")

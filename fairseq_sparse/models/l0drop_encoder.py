@@ -306,10 +306,11 @@ def output_pattern(args, dictionary) -> Optional[EncoderOutputPattern]:
     pattern = EncoderOutputPattern(
         args.encoder_output_pattern, dictionary.count, dictionary.nspecial, dictionary.eos(),
         top_k=args.encoder_output_pattern_top_k, min_rank=args.encoder_output_pattern_min_rank,
-        every=args.encoder_output_pattern_every, rate=args.encoder_output_pattern_rate, symbols=dictionary.symbols)
+        every=args.encoder_output_pattern_every, rate=args.encoder_output_pattern_rate, symbols=dictionary.symbols,
+        whole_words=getattr(args, "encoder_output_pattern_whole_words", False))
     share = pattern.dropped_share(dictionary.count)
     logger.info("encoder output pattern %s%s", pattern.extra_repr(), "" if share is None else
-                f": drops {100 * share:.1f}% of the dictionary's counted tokens")
+                f": drops {'at most ' if pattern.whole_words else ''}{100 * share:.1f}% of the dictionary's counted tokens")
     return pattern
 
 

@@ -15,6 +15,9 @@ or 1 (kept); padding is 0 and EOS is always kept.
   ~40% of the tokens), the rare ones;
 * ``group``: keep only every ``every``-th position (the paper: the odd positions, ``every`` 2, 50%).
 
+``whole_words`` (freq, inv-freq): a piece is dropped only when every piece of its word is (no word split between
+kept and dropped pieces); the share dropped is then below the rate's, which counts pieces.
+
 Frequencies and ranks come from the counts of the fairseq dictionary (``dict.<src>.txt``; with
 ``--joined-dictionary`` they count both sides of the training data). A ``rate`` instead of ``top_k`` /
 ``min_rank`` / ``every`` picks the setting whose dropped share of the counted tokens is closest to it.
@@ -81,13 +84,15 @@ class EncoderOutputPattern(SparsityModule):
 
     def __init__(self, kind: str, counts: Sequence[int], nspecial: int, eos: int, top_k: Optional[int] = None,
                  min_rank: Optional[int] = None, every: Optional[int] = None, rate: Optional[float] = None,
-                 symbols: Optional[Sequence[str]] = None, bpe_marker: str = BPE_MARKER):
+                 symbols: Optional[Sequence[str]] = None, bpe_marker: str = BPE_MARKER, whole_words: bool = False):
         super().__init__()
         if kind not in PATTERNS or kind == "none":
             raise ValueError(f"unknown encoder output pattern {kind!r}; one of {', '.join(PATTERNS[1:])}")
         if rate is not None and not (math.isfinite(rate) and 0 <= rate < 1):
             raise ValueError(f"--encoder-output-pattern-rate must lie in [0, 1), got {rate}")
-        self.kind, self.eos = kind, eos
+        if whole_words and (kind not in ("freq", "inv-freq") or symbols is None):
+            raise ValueError("whole words apply to the freq and inv-freq patterns and need the dictionary's symbols")
+        self.kind, self.eos, self.whole_words = kind, eos, whole_words
         self.untagged_input = UNTAGGED_INPUT  # an attribute: TorchScript reads no global string
         # every kind holds every table (empty where unused) so that forward compiles under TorchScript
         # (fairseq-sparse-export); not saved in checkpoints
@@ -115,6 +120,9 @@ class EncoderOutputPattern(SparsityModule):
             chosen = ranked[:self.setting] if kind == "freq" else ranked[self.setting - 1:]
             dropped[torch.as_tensor(chosen, dtype=torch.long)] = True
         self.register_buffer("dropped", dropped, persistent=False)
+        if whole_words:
+            self.register_buffer("continues", torch.tensor([s.endswith(bpe_marker) for s in symbols]),
+                                 persistent=False)
 
     def dropped_share(self, counts: Sequence[int]) -> Optional[float]:
         """The share of the counted tokens this pattern drops (freq, inv-freq), 1 - 1/every (group), None (pos:
@@ -143,6 +151,14 @@ class EncoderOutputPattern(SparsityModule):
             keep = position.remainder(self.setting) == 0
         else:
             keep = ~self.dropped.to(src_tokens.device)[src_tokens]
+            if self.whole_words:  # a piece goes only with its whole word: kept where any piece of its word is kept
+                continues = self.continues.to(src_tokens.device)[src_tokens] & real
+                starts = torch.ones_like(continues)
+                starts[:, 1:] = ~continues[:, :-1]
+                word = starts.long().cumsum(1) - 1  # 0-based word index of every piece
+                kept_words = torch.zeros_like(word).scatter_reduce(1, word, (keep & real).long(), reduce="amax",
+                                                                   include_self=True)
+                keep = kept_words.gather(1, word) > 0
         keep = (keep | src_tokens.eq(self.eos)) & real
         return keep.float()
 
@@ -157,4 +173,4 @@ class EncoderOutputPattern(SparsityModule):
         if self.kind == "pos":
             return "pos, drops " + " ".join(POS_DROPPED_TAGS) + " and non-initial subword pieces"
         name = {"freq": "top_k", "inv-freq": "min_rank", "group": "every"}[self.kind]
-        return f"{self.kind}, {name}={self.setting}"
+        return f"{self.kind}, {name}={self.setting}" + (", whole words" if self.whole_words else "")

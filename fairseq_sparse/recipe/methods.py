@@ -107,6 +107,14 @@ def merged(m: Method, kind: str) -> Method:
                    flags=lambda a: m.flags(a) + ["--encoder-output-merge", kind])
 
 
+def whole_words(m: Method) -> Method:
+    """Rule M with a subword piece dropped only where its whole word is (``<name>_words``): no word split between
+    kept and dropped pieces, and fewer states dropped than the rate's share of pieces."""
+    return replace(m, name=f"{m.name}_words", summary=f"{m.summary}; a piece dropped only with its whole word",
+                   what=lambda a: f"{m.what(a)}, whole words only (fewer dropped)", opt_in=True,
+                   flags=lambda a: m.flags(a) + ["--encoder-output-pattern-whole-words"])
+
+
 #: every model, in the order the recipe runs its steps and the report lists its rows
 METHODS: Tuple[Method, ...] = (
     Method("baseline", "the stock fairseq transformer every method starts from",
@@ -197,9 +205,10 @@ METHODS: Tuple[Method, ...] = (
 #: the methods the recipe also trains with merging instead of dropping (``<name>_merge_mean``, ``_merge_attention``)
 MERGED_OF = ("l0drop", "pattern_freq")
 METHODS = METHODS + tuple(merged(m, kind) for m in METHODS if m.name in MERGED_OF for kind in ("mean", "attention"))
+METHODS = METHODS + tuple(whole_words(m) for m in METHODS if m.name == "pattern_freq")
 #: the methods the recipe can also train from random weights (``<name>_scratch``), beside the stock baseline
 SCRATCH_OF = ("l0drop", "l0drop_low", "heads_all", "pattern_freq", "pattern_pos", "pattern_group", "l0drop_merge_mean",
-              "l0drop_merge_attention", "pattern_freq_merge_mean", "pattern_freq_merge_attention")
+              "l0drop_merge_attention", "pattern_freq_merge_mean", "pattern_freq_merge_attention", "pattern_freq_words")
 #: the options of a sparsity pressure (a gated method's): held back until --scratch-pressure-start from scratch
 PRESSURE_OPTIONS = ("--l0drop-target-sparsity", "--head-gates-target-sparsity", "--l0drop-lambda")
 

@@ -100,6 +100,9 @@ def test_pos_drops_function_words_punctuation_md_ex_and_later_pieces():
      "--l0drop-between-layers"),
     ({"encoder_output_pattern": "freq", "encoder_output_pattern_top_k": 5, "l0drop_target_sparsity": "0.4"},
      "no L0Drop gates"),
+    ({"encoder_output_pattern": "group", "encoder_output_pattern_every": 2, "encoder_output_pattern_whole_words": True},
+     "applies to the freq and inv-freq patterns, not group"),
+    ({"encoder_output_pattern_whole_words": True}, "needs --encoder-output-pattern freq or inv-freq"),
 ])
 def test_bad_pattern_options_are_refused(options, message):
     from argparse import Namespace
@@ -114,3 +117,18 @@ def test_bad_pattern_options_are_refused(options, message):
     with pytest.raises(ValueError) as e:
         check_pattern_args(args)
     assert message in str(e.value)
+
+
+def test_whole_words_drop_a_piece_only_with_its_whole_word():
+    """--encoder-output-pattern-whole-words: "new@@ york" is dropped only when both pieces are among the dropped."""
+    pattern = EncoderOutputPattern("freq", COUNTS, NSPECIAL, EOS, top_k=2, symbols=SYMBOLS, whole_words=True)
+    # top 2 by count: the (4) and york (6); new@@ (5) is not dropped, so "new@@ york" keeps both pieces
+    #        pad  the  new@@  york  the  york  </s>
+    src = torch.tensor([[1, 4, 5, 6, 4, 6, 2]])
+    assert pattern(src, src.eq(PAD)).tolist() == [[0, 0, 1, 1, 0, 0, 1]]
+    piecewise = EncoderOutputPattern("freq", COUNTS, NSPECIAL, EOS, top_k=2, symbols=SYMBOLS)
+    assert piecewise(src, src.eq(PAD)).tolist() == [[0, 0, 1, 0, 0, 0, 1]]
+    both = EncoderOutputPattern("freq", COUNTS, NSPECIAL, EOS, top_k=4, symbols=SYMBOLS, whole_words=True)
+    assert both(src, src.eq(PAD)).tolist() == [[0, 0, 0, 0, 0, 0, 1]]  # new@@ is 4th: the whole word goes
+    with pytest.raises(ValueError, match="whole words apply to the freq and inv-freq"):
+        EncoderOutputPattern("group", COUNTS, NSPECIAL, EOS, every=2, symbols=SYMBOLS, whole_words=True)

@@ -18,7 +18,8 @@ MERGE_MEAN, MERGE_ATTENTION = (["--encoder-output-merge", kind] for kind in ("me
 #: (dropped_as, between, pruned_decoding, pattern and merge options)
 CASES = [("zero", False, True, []), ("mask", False, True, []), ("zero", False, False, []), ("zero", True, True, []),
          ("mask", True, True, []), ("zero", False, True, GROUP), ("mask", False, True, FREQ),
-         ("zero", False, True, MERGE_ATTENTION), ("mask", False, True, FREQ + MERGE_MEAN)]
+         ("zero", False, True, MERGE_ATTENTION), ("mask", False, True, FREQ + MERGE_MEAN),
+         ("zero", False, True, FREQ + ["--encoder-output-pattern-whole-words"])]
 
 
 def gated_model(dropped_as, between, pruned_decoding, pattern):

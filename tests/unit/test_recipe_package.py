@@ -30,6 +30,7 @@ def test_steps_controls_and_opt_ins_follow_from_the_table():
     assert methods.STEPS == ("prepare", names[0], "distill_data", *names[1:], "speed", "gap_analysis", "report")
     scratch = {f"{n}_scratch" for n in methods.SCRATCH_OF}
     merged = {f"{n}_merge_{kind}" for n in ("l0drop", "pattern_freq") for kind in ("mean", "attention")}
+    merged.add("pattern_freq_words")
     assert set(methods.OPT_IN_STEPS) == {"speed", "pattern_pos", "l0drop_low", "l0drop_layers", "simplified_control", "composed",
                                          "distill_data", "gap_analysis"} | scratch | merged
     assert methods.CONTROL_OF["l0drop"] == "control" and methods.CONTROL_OF["heads_enc"] == "control_frozen"
