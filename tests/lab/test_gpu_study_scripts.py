@@ -41,14 +41,16 @@ def carry(raw_corpus, tmp_path_factory):
 
 
 def check(script, carry, **env):
-    return subprocess.run(["bash", os.path.join(STUDIES, script)], capture_output=True, text=True, timeout=300,
+    # by its path, as the device runs it (a call stored without its run bit failed there with exit 126)
+    return subprocess.run([os.path.join(STUDIES, script)], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "VENV": os.path.dirname(os.path.dirname(sys.executable)), "CHECK_ONLY": "1",
                                "DEVICE": "cpu", "AMP": "", "CARRY": str(carry), **env})
 
 
 @pytest.mark.parametrize("script,env", [("c_heads_composed.sh", {}), ("d_summarisation.sh", {}),
                                         ("d_summarisation.sh", {"CORPUS": "mixed"}), ("e_char_level.sh", {}),
-                                        ("f_decisive.sh", {})])
+                                        ("f_decisive.sh", {}), ("h_merge_layers.sh", {}),
+                                        ("h_merge_layers.sh", {"ARM": "6x1"})])
 def test_each_prepared_call_passes_the_recipes_checks_and_writes_nothing(carry, script, env):
     before = sorted(os.listdir(carry))
     done = check(script, carry, **env)
@@ -80,7 +82,7 @@ def test_the_decisive_call_runs_end_to_end_in_its_plumbing_mode(carry, tmp_path)
     work = tmp_path / "carry"
     shutil.copytree(carry, work, symlinks=True)
     tiny = ("--max-tokens 2000 --embed-dim 32 --ffn-dim 64 --heads 2 --beam 2 --warmup-updates 10 --search fairseq")
-    done = subprocess.run(["bash", os.path.join(STUDIES, "f_decisive.sh")], capture_output=True, text=True, timeout=900,
+    done = subprocess.run([os.path.join(STUDIES, "f_decisive.sh")], capture_output=True, text=True, timeout=900,
                           env={**os.environ, "VENV": os.path.dirname(os.path.dirname(sys.executable)), "DEVICE": "cpu",
                                "AMP": "", "CARRY": str(work), "OUT": str(out), "RUNS": "1@0.5", "UPDATES": "20",
                                "POINTS": "10,20", "VALIDATE": "10", "THREADS": "1", "EXTRA_ARGS": tiny})

@@ -104,3 +104,14 @@ def test_the_queue_runs_every_prepared_call_with_its_own_run_line():
         assert [c.strip().strip('"') for c in carried.split(",")] == carry, (script, carried, carry)
         assert bare == [w for w in cmd.split() if not re.match(r"^[A-Z_]+=", w)], (script, command, cmd)
     assert sorted(set(scripts)) == sorted(os.path.relpath(c, REPO) for c in CALLS)
+
+
+def test_every_call_and_the_scripts_it_runs_carry_their_run_bit():
+    """The device runs a call by its path: f_decisive.sh, stored without its run bit, failed there with exit 126."""
+    for path in CALLS + [os.path.join(REPO, "lab", name) for name in ("gpu_study.sh", "gpu_checks.sh")]:
+        assert os.access(path, os.X_OK), f"{os.path.relpath(path, REPO)} is not executable (git update-index --chmod=+x)"
+    listed = subprocess.run(["git", "ls-files", "-s", "lab"], cwd=REPO, capture_output=True, text=True).stdout
+    modes = {line.split("\t")[1]: line.split()[0] for line in listed.splitlines()}
+    for path in CALLS:
+        rel = os.path.relpath(path, REPO)
+        assert modes.get(rel, "100755") == "100755", f"{rel} is committed without its run bit"
