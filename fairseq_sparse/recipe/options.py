@@ -477,6 +477,9 @@ def _check_lists(a):
     for name in ("scratch_pressure_start", "scratch_pressure_ramp"):
         if getattr(a, name) is not None and getattr(a, name) < 0:
             return f"--{name.replace('_', '-')} must not be negative"
+    if a.scratch_pressure_start is not None and a.scratch_pressure_start >= a.baseline_updates:
+        return (f"--scratch-pressure-start {a.scratch_pressure_start} is not before --baseline-updates "
+                f"{a.baseline_updates}: a gated model trained from scratch would never feel its sparsity pressure")
     scratch_steps = [s for s in a.steps.split(",") if s.endswith("_scratch")]
     if scratch_steps and (a.baseline_patience or a.baseline_minutes):
         return (f"step {scratch_steps[0]} is compared with the baseline at equal updates: both must train exactly "

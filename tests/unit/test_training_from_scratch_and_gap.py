@@ -61,6 +61,7 @@ def test_scratch_budget_points_keep_a_checkpoint_at_each():
     (["--scratch-budget-points", "100,9999"], "at most --baseline-updates"),
     (["--scratch-budget-points", "1x"], "comma list"),
     (["--scratch-pressure-start", "-1"], "must not be negative"),
+    (["--baseline-updates", "100", "--scratch-pressure-start", "100"], "would never feel its sparsity pressure"),
     (["--train-fraction", "0"], "--train-fraction must lie in (0, 1]"),
     (["--train-fraction", "nan"], "--train-fraction must lie in (0, 1]"),
 ])
