@@ -63,15 +63,24 @@ def refused_options(args):
 
 @register_task(NAME, dataclass=TranslationFixedShapeConfig)
 class TranslationFixedShapeTask(TranslationTask):
-    """fairseq's translation task with the fixed-shape beam search (module docstring)."""
+    """fairseq's translation task with the fixed-shape beam search (module docstring). A refused setting ends a console
+    tool in one line (SystemExit); in a library (``use_fixed_shape_search``: ``library = True``) it is a ValueError the
+    caller can catch."""
+
+    library = False
+
+    def refuse(self, message: str):
+        if self.library:
+            raise ValueError(message)
+        raise SystemExit(f"error: {message}")
 
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None,
                         prefix_allowed_tokens_fn=None):
         refused = refused_options(args)
         if refused or prefix_allowed_tokens_fn is not None:
-            raise SystemExit(f"error: --task {NAME} decodes with the fixed-shape beam search, which does not support "
-                             f"{', '.join(refused) or 'prefix_allowed_tokens_fn'} ({UNSUPPORTED}): use --task "
-                             "translation for it")
+            self.refuse(f"--task {NAME} decodes with the fixed-shape beam search, which does not support "
+                        f"{', '.join(refused) or 'prefix_allowed_tokens_fn'} ({UNSUPPORTED}): use --task translation "
+                        "for it")
         cfg = self.cfg
         kwargs = dict(extra_gen_cls_kwargs or {}, stop_every=cfg.fixed_shape_stop_every,
                       step_form=cfg.fixed_shape_step_form, max_graphs=cfg.fixed_shape_max_graphs,
@@ -80,7 +89,7 @@ class TranslationFixedShapeTask(TranslationTask):
             return super().build_generator(models, args, seq_gen_cls=FixedShapeSequenceGenerator,
                                            extra_gen_cls_kwargs=kwargs)
         except ValueError as e:
-            raise SystemExit(f"error: --task {NAME}: {e}") from None
+            self.refuse(f"--task {NAME}: {e}")
 
 
 def use_fixed_shape_search(hub, **options):
@@ -98,4 +107,5 @@ def use_fixed_shape_search(hub, **options):
     settings = {k: v for k, v in OmegaConf.to_container(OmegaConf.create(task.cfg)).items() if k in own}
     hub.task = TranslationFixedShapeTask(TranslationFixedShapeConfig(**{**settings, **options}), task.src_dict,
                                          task.tgt_dict)
+    hub.task.library = True  # a refused setting raises ValueError: the calling program goes on
     return hub

@@ -92,6 +92,14 @@ def test_the_hub_interface_translates_as_the_translation_task_does(l0drop_ckpt, 
     assert fixed.translate(sources, beam=4) == hub().translate(sources, beam=4)
     with pytest.raises(ValueError, match="unknown option"):
         use_fixed_shape_search(hub(), stop_every=2)
+    # issue 62 item 6: a setting the search refuses ended the calling program (SystemExit); now the caller catches it
+    try:
+        fixed.translate(sources, beam=2, sampling=True)
+    except ValueError as e:
+        assert "does not support --sampling" in str(e)
+    else:
+        raise AssertionError("sampling was not refused")
+    assert fixed.translate(sources, beam=4) == hub().translate(sources, beam=4)  # the program goes on
 
 
 def test_callers_that_read_after_several_batches_get_their_own_translations(l0drop_ckpt, corpus, monkeypatch):
