@@ -20,12 +20,13 @@ def train(a, wd, data, m: Method):
     if m.start is not None and a.seq_kd and not os.path.isdir(seqkd_data(wd)):
         fail(f"{m.name}: --seq-kd fine-tunes on the baseline's translations; run the distill_data step first")
     cmd = train_command(a, wd, data, m)
+    if (a.finetune_protocol == "continue" and m.start is not None and os.path.exists(wd.path(m.start, "checkpoint_best.pt"))
+            and not wd.finished(m.name, updates_of(m, a))):
+        continued_start(wd, m)  # before check_model records the run's key: a refused start leaves the work dir as it was
     check_model(a, wd, m, cmd)
     if wd.finished(m.name, updates_of(m, a)):
         print(f"  {m.name}: done already ({wd.path(m.name)}); skipped")
         return
-    if a.finetune_protocol == "continue" and m.start is not None:
-        continued_start(wd, m)
     start, before = time.time(), _updates(wd, m.name)
     out = wd.run(m.name, cmd, f"{m.name}.log")
     record_timing(wd, m.name, time.time() - start, _updates(wd, m.name) - before)
@@ -62,8 +63,13 @@ def continued_start(wd, m: Method):
         except ValueError as e:
             fail(f"{m.name}: --finetune-protocol continue: {source}: {e}")
         tmp = wd.path(f"{output}.{os.getpid()}.tmp")  # fine-tunings side by side may each write it: never one file
-        torch.save(state, tmp)
-        os.replace(tmp, wd.path(output))
+        try:
+            torch.save(state, tmp)
+            os.replace(tmp, wd.path(output))
+        except (OSError, RuntimeError) as e:  # a full disk: torch's writer raises RuntimeError or OSError
+            if os.path.exists(tmp):
+                os.remove(tmp)
+            fail(f"{m.name}: --finetune-protocol continue: cannot write {output}: {e}".splitlines()[0])
     wd.produced(output, [source], write)
 
 
