@@ -231,7 +231,10 @@ def paired_bootstrap_rouge(control_hyps, method_hyps, refs, samples=1000):
 
 def paired_test(metric, control_hyps, method_hyps, refs, tokenize="13a", samples=1000):
     """The paired bootstrap of a method against its control in the run's metric: sacrebleu's for BLEU
-    (:func:`paired_bootstrap`), over documents for ROUGE-L (:func:`paired_bootstrap_rouge`)."""
+    (:func:`paired_bootstrap`), over documents for ROUGE-L (:func:`paired_bootstrap_rouge`). Identical outputs are
+    no test at all (sacrebleu's bootstrap gives them p = 0.001): ``{"identical": True, "p_value": None, ...}``."""
+    if list(control_hyps) == list(method_hyps):
+        return {"identical": True, "delta": 0.0, "p_value": None, "mean": None, "ci95": None, "samples": 0}
     if metric == "bleu":
         return paired_bootstrap(control_hyps, method_hyps, refs, tokenize, samples)
     return paired_bootstrap_rouge(control_hyps, method_hyps, refs, samples)

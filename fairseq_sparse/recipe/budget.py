@@ -74,6 +74,7 @@ def budget_rows(a, ev, rows):
             test = paired_test_of(a, c, r)
             points.append({"updates": u, "score": r["score"], "control": control, "control_score": c["score"],
                            "gap": round(r["score"] - c["score"], 2), "p_value": test.get("p_value"),
+                           "identical": bool(test.get("identical")),
                            "l0drop_sparsity": r["l0drop_sparsity"],
                            "heads_closed": round(1 - heads[0] / heads[1], 4) if heads else None})
         if points:

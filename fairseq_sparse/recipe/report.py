@@ -127,6 +127,8 @@ def significance_cell(test):
     """The paired bootstrap: p-value, and the model's mean and 95% interval over the resamples."""
     if not test:
         return ""
+    if test.get("identical"):
+        return "identical outputs (no test)"
     return f"p = {test['p_value']:.3f}; {test['mean']:.2f} ± {test['ci95']:.2f}"
 
 
@@ -154,7 +156,7 @@ def reading_lines(a, models, lead):
         test = lead["baseline_against_lead"]
         lines.append(f"- lead baseline (each test source's first sentence, as the models read it): "
                      f"{metric_name(a)} {score_cell(lead)}; the baseline {models['baseline']['score'] - lead['score']:+.2f} "
-                     f"against it (p = {test['p_value']:.3f}).")
+                     f"against it ({significance_cell(test).split(';')[0]}).")
     shares = [f"{n} {r['distinct_outputs']:.0%}" for n, r in models.items() if r.get("distinct_outputs") is not None]
     if shares:
         lines.append("- distinct outputs per test document (a summariser that writes the same text whatever it "
@@ -250,7 +252,7 @@ def budget_lines(a, budget):
     for name, points in budget.items():
         lines += [f"| {name} | {p['updates']} | {p['score']:.2f} | {p.get('control', 'control')} "
                   f"({p['control_score']:.2f}) | {p['gap']:+.2f} | "
-                  f"{cell(p['p_value'], '.3f')} | {cell(p['l0drop_sparsity'], '.1%')} | "
+                  f"{'identical' if p.get('identical') else cell(p['p_value'], '.3f')} | {cell(p['l0drop_sparsity'], '.1%')} | "
                   f"{cell(p.get('heads_closed'), '.1%')} |" for p in points]
     return lines + [""]
 

@@ -202,3 +202,16 @@ def test_paired_rouge_bootstrap_of_a_system_against_itself_and_a_worse_one():
     assert paired_test("rouge", hyps, halved, refs, samples=200) == worse  # the recipe's entry point, repeatable
     with pytest.raises(ValueError, match="one control and one method hypothesis per reference"):
         paired_bootstrap_rouge(hyps[:-1], hyps, refs)
+
+
+def test_identical_outputs_are_said_to_be_identical_not_significant():
+    """Issue 62 item 10: sacrebleu's bootstrap gives two identical systems p = 0.001; the report said so."""
+    from fairseq_sparse.analysis.scores import paired_test
+    from fairseq_sparse.recipe.report import significance_cell
+
+    hyps, refs = ["the cat sat", "a dog ran off"], ["the cat sat down", "a dog ran"]
+    for metric in ("bleu", "rouge"):
+        test = paired_test(metric, hyps, list(hyps), refs, samples=100)
+        assert test["identical"] and test["p_value"] is None
+        assert significance_cell(test) == "identical outputs (no test)"
+    assert paired_test("bleu", hyps, ["the cat", "a dog ran off"], refs, samples=100)["p_value"] is not None
