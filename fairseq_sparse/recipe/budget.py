@@ -2,6 +2,7 @@
 (``--budget-points`` for fine-tunings, ``--scratch-budget-points`` for models trained from scratch beside the
 baseline), from the checkpoints of one run each."""
 import os
+import sys
 
 from .commands import budget_points, scratch_budget_points
 from .evaluation import paired_test_of
@@ -67,6 +68,10 @@ def budget_rows(a, ev, rows):
         points = []
         for u in points_of(a, m):
             if u not in mine or u not in theirs:
+                lacking = " and ".join(n for n, c in ((m.name, mine), (control, theirs)) if u not in c)
+                print(f"warning: budget point {u} of {m.name} not compared: {lacking} kept no checkpoint at update {u} "
+                      "(trained before that point was asked for, or stopped before it); train them again in a new "
+                      "--work-dir with the points given from the start", file=sys.stderr)
                 continue
             key, ckpt = ev.at_updates(m, u, mine)
             heads = ev.heads_kept(m.name, ckpt)["total"] if m.heads_cut_out(a) else None

@@ -229,3 +229,18 @@ def test_continue_protocol_commands():
     assert "--continue-once" not in resumed and "--reset-dataloader" not in resumed
     fresh = commands.finetune(options(), "bin", methods.BY_NAME["l0drop"])
     assert value(fresh, "--lr-scheduler") == "fixed" and value(fresh, "--lr") == "0.0005"
+
+
+def test_budget_points_without_checkpoints_are_said_not_silently_left_out(monkeypatch, capsys):
+    """Issue 62 item 4: --scratch-budget-points given after the baseline had trained without them gave an empty
+    budget section and no word about it."""
+    from fairseq_sparse.recipe import budget
+
+    a = options("--baseline-updates", "20", "--scratch-budget-points", "10,20", "--steps", "pattern_freq_scratch")
+    monkeypatch.setattr(budget, "checkpoints_by_updates",
+                        lambda wd, name: {20: f"{name}/checkpoint_last.pt"} if name == "pattern_freq_scratch" else {})
+    out = budget.budget_rows(a, ev=type("Evaluation", (), {"wd": None})(), rows={"baseline": {}, "pattern_freq_scratch": {}})
+    err = capsys.readouterr().err
+    assert out == {}
+    assert "budget point 10 of pattern_freq_scratch not compared: pattern_freq_scratch and baseline kept no checkpoint" in err
+    assert "budget point 20 of pattern_freq_scratch not compared: baseline kept no checkpoint at update 20" in err
