@@ -72,6 +72,10 @@ def seed_rows(out):
                 row.update(nll={k: {s: v[s]["nll_loss"] for s in ("train_sample", "valid")} for k, v in g["nll"].items()},
                            copy_recall={k: {s: c["recall"] for s, c in v.items()} for k, v in g["copy_recall"].items()},
                            length_ratio={k: v["ratio"] for k, v in g["brevity"].items()})
+            probe = os.path.join(work, "probe", f"{model}.json")  # probe.sh: the content probe of this model
+            if os.path.exists(probe):
+                with open(probe) as f:
+                    row["content_probe"] = json.load(f)
             rows[model] = row
         found.setdefault(m.group(1), {})[int(m.group(2))] = rows
     return found

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The content probe (fairseq-sparse-l0drop-gates --content-probe) on every source-pruning model of the study's work
+# dirs: how much of each pruned source piece the states the decoder still sees hold, against the floor of the kept
+# pieces' embeddings, on the first N (default 3000) training pairs (80% to train the probe, 20% to score it).
+#   OUT=runs/merge [N=3000] reports/2026-12-07-l0drop-merge/probe.sh [WORK_DIR_NAME ...]   (default: every f*_s* dir)
+# Writes WORK/probe/MODEL.json (kept where it exists); summarise.py reads them.
+set -euo pipefail
+: "${OUT:?OUT=the study's folder of work dirs}"
+TOOL=${TOOL:-fairseq-sparse-l0drop-gates}
+names=("$@")
+[ ${#names[@]} -eq 0 ] && names=($(cd "$OUT" && ls -d *s[0-9]* 2>/dev/null))
+for name in "${names[@]}"; do
+  work="$OUT/$name"
+  mkdir -p "$work/probe"
+  for model in pattern_freq_scratch pattern_freq_merge_mean_scratch pattern_freq_merge_attention_scratch \
+               l0drop_scratch l0drop_merge_mean_scratch; do
+    ckpt="$work/$model/checkpoint_last.pt"
+    [ -f "$ckpt" ] && [ -f "$work/$model/timing.json" ] || continue  # a finished run only
+    [ -f "$work/probe/$model.json" ] && continue
+    "$TOOL" "$work/data-bin" --user-dir "$(python3 -c 'import fairseq_sparse, os; print(os.path.dirname(fairseq_sparse.__file__))')" \
+      --path "$ckpt" --gen-subset train --cpu --batch-size 64 --gates-output "$work/probe/$model.gates.tsv" \
+      --content-probe "$work/probe/$model.json" --content-probe-sentences "${N:-3000}" -s en -t de --overwrite \
+      > "$work/probe/$model.log" 2>&1
+    rm -f "$work/probe/$model.gates.tsv"
+    tail -1 "$work/probe/$model.log"
+  done
+done
