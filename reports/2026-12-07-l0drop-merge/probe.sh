@@ -5,8 +5,9 @@
 #   OUT=runs/merge [N=3000] reports/2026-12-07-l0drop-merge/probe.sh [WORK_DIR_NAME ...]   (default: every f*_s* dir)
 # Writes WORK/probe/MODEL.json (kept where it exists); summarise.py reads them.
 set -euo pipefail
-: "${OUT:?OUT=the study's folder of work dirs}"
+: "${OUT:?OUT=the folder of the study work dirs}"
 TOOL=${TOOL:-fairseq-sparse-l0drop-gates}
+USER_DIR=$(python3 -c "import fairseq_sparse, os; print(os.path.dirname(fairseq_sparse.__file__))")
 names=("$@")
 [ ${#names[@]} -eq 0 ] && names=($(cd "$OUT" && ls -d *s[0-9]* 2>/dev/null))
 for name in "${names[@]}"; do
@@ -17,7 +18,7 @@ for name in "${names[@]}"; do
     ckpt="$work/$model/checkpoint_last.pt"
     [ -f "$ckpt" ] && [ -f "$work/$model/timing.json" ] || continue  # a finished run only
     [ -f "$work/probe/$model.json" ] && continue
-    "$TOOL" "$work/data-bin" --user-dir "$(python3 -c 'import fairseq_sparse, os; print(os.path.dirname(fairseq_sparse.__file__))')" \
+    "$TOOL" "$work/data-bin" --user-dir "$USER_DIR" \
       --path "$ckpt" --gen-subset train --cpu --batch-size 64 --gates-output "$work/probe/$model.gates.tsv" \
       --content-probe "$work/probe/$model.json" --content-probe-sentences "${N:-3000}" -s en -t de --overwrite \
       > "$work/probe/$model.log" 2>&1
