@@ -40,6 +40,8 @@ PREFIX=$1 SEEDS=$2; shift 2
 [[ -n "${RECIPE_ARGS:-}" ]] || { echo "gpu_study.sh: RECIPE_ARGS must hold the recipe's options (--corpus or --data-bin ...)"; exit 2; }
 for seed in $SEEDS; do [[ "$seed" =~ ^[0-9]+(@[A-Za-z0-9._-]+)?$ ]] || { echo "gpu_study.sh: seed '$seed' is not a whole number (or SEED@TAG)"; exit 2; }; done
 [[ -n "${SEEDS// /}" ]] || { echo "gpu_study.sh: no seed given"; exit 2; }
+[[ $(tr ' ' '\n' <<< "$SEEDS" | grep -c .) == $(tr ' ' '\n' <<< "$SEEDS" | grep . | sort -u | wc -l) ]] \
+    || { echo "gpu_study.sh: a run is given twice in '$SEEDS' (two processes would train into one work dir)"; exit 2; }
 dir_of() { if [[ "$1" == *@* ]]; then echo "$PREFIX${1#*@}_s${1%%@*}"; else echo "$PREFIX$1"; fi; }  # a run's work dir
 args_of() { local a=${RECIPE_ARGS//\{seed\}/${1%%@*}}; [[ "$1" == *@* ]] && a=${a//\{tag\}/${1#*@}}; echo "$a"; }
 [[ -z "${SECONDS_LEFT:-}" || "$SECONDS_LEFT" =~ ^[1-9][0-9]*$ ]] \

@@ -33,7 +33,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def declarations(path):
     """{kind: [fields]} of a call script's #@ lines."""
     out = {}
-    with open(path) as f:
+    with open(path, encoding="utf-8") as f:
         for line in f:
             if line.startswith("#@ "):
                 kind, _, rest = line[3:].strip().partition(" ")
@@ -58,6 +58,8 @@ def sizes(entries, kind, name, env, problems):
     out = {}
     for entry in entries:
         fields = expand(entry, env).split()
+        if fields and fields[0] in out:
+            problems.append(f"{name}: '#@ {kind} {fields[0]}' is declared twice")
         try:
             out[fields[0]] = float(fields[1])
             ok = len(fields) == 2 and out[fields[0]] >= 0
@@ -72,7 +74,8 @@ def size_mib(path):
     """The size of a file or of everything under a folder, in MiB."""
     if os.path.isfile(path):
         return os.path.getsize(path) / MIB
-    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files) / MIB
+    files = (os.path.join(d, f) for d, _, names in os.walk(path) for f in names)
+    return sum(os.path.getsize(f) for f in files if os.path.exists(f)) / MIB  # a dangling link carries nothing
 
 
 def tree_mib(repo=REPO):
@@ -88,6 +91,8 @@ def check(path, here=False, tree=None):
     name = os.path.relpath(path, REPO)
     if not d.get("run"):
         return [f"{name}: no '#@ run' line (the exact device call)"], lines
+    if len(d["run"]) > 1 or not d["run"][0].partition(" -- ")[2].strip():
+        return [f"{name}: not one '#@ run CARRY_PATHS... -- COMMAND' line with a command"], lines
     env = call_env(d)
     carried_in_run = expand(d["run"][0].partition(" -- ")[0], env).split()
     carry = sizes(d.get("carry", []), "carry", name, env, problems)
@@ -128,7 +133,10 @@ def check(path, here=False, tree=None):
                  + "; ".join(f"{stage} {float(s):.0f} s ({basis})" for stage, s, basis in plan))
     if not plan:
         problems.append(f"{name}: no '#@ plan' lines (the time of each stage and the rate it comes from)")
-    if margin < 60 and not d.get("resume"):
+    if margin < 0:
+        problems.append(f"{name}: the plan takes {total:.0f} s, over the {COMMAND_S - MARGIN_S} s one call may work (a "
+                        "resume line continues a call cut off by surprise; it does not make a longer plan fit)")
+    elif margin < 60 and not d.get("resume"):
         problems.append(f"{name}: {margin:.0f} s of margin and no '#@ resume' command for a call cut off")
     if not d.get("fallback"):
         problems.append(f"{name}: no '#@ fallback' command (what to run when the fixed-shape search fails)")
@@ -154,6 +162,11 @@ def main(argv=None):
     for call in a.calls:
         if not os.path.isfile(call):
             print(f"preflight: no call script {call}", file=sys.stderr)
+            return 2
+        try:
+            declarations(call)
+        except (OSError, UnicodeDecodeError) as e:
+            print(f"preflight: {call} is not a readable UTF-8 call script ({type(e).__name__})", file=sys.stderr)
             return 2
         if a.inputs:
             missing = missing_inputs(call)

@@ -1,7 +1,7 @@
 """fairseq-sparse-export: the TorchScript file translates, in a process where fairseq and the plugin cannot be
 imported, to the same hypotheses as fairseq-generate (scores to 1e-4 bits) for every architecture it exports:
-a stock transformer, a physically head-pruned checkpoint, the simplified decoder, L0Drop and the composed
-model; --int8 gives the same
+a stock transformer, a physically head-pruned checkpoint, the simplified decoder, L0Drop, a merged L0Drop model
+and the composed model; --int8 gives the same
 hypotheses as the eager int8 model. Checkpoints: the session's stock transformer (conftest.py), pruned by
 fairseq-sparse-prune-heads, and the simplified decoder and the composed model fine-tuned from it here."""
 import json
@@ -166,6 +166,19 @@ def test_composed_model_exports_to_fairseq_generates_hypotheses(composed_ckpt, c
     exported without beam attention."""
     ts = assert_same_as_fairseq_generate(composed_ckpt, corpus, tmp_path, "composed", "--no-attention")
     assert_no_attention(ts, corpus)
+
+
+def test_a_merged_model_exports_to_fairseq_generates_hypotheses(corpus, stock_transformer_ckpt, tmp_path):
+    """--encoder-output-merge attention with learned L0Drop gates (shifted to prune about half the states): the merged,
+    compressed memory in TorchScript."""
+    from helpers.cli import with_mixed_gates
+
+    save = tmp_path / "merged"
+    fairseq_train(corpus["bin"], str(save), [
+        "--arch", "transformer_l0drop", "--criterion", "label_smoothed_cross_entropy_with_sparsity",
+        "--label-smoothing", "0.1", "--encoder-output-merge", "attention", "--l0drop-lambda", "0.3", "--finetune-from-model", stock_transformer_ckpt] + TINY_MODEL, max_update=20)
+    mixed = with_mixed_gates(str(save / "checkpoint_last.pt"), corpus["bin"], str(save / "mixed.pt"))
+    assert_same_as_fairseq_generate(mixed, corpus, tmp_path, "merged")
 
 
 @pytest.mark.parametrize("checkpoint", ["pruned_ckpt", "l0drop_ckpt"])

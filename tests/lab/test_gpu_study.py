@@ -115,6 +115,7 @@ def test_what_cannot_work_is_refused_before_any_work_and_a_failed_study_never_ex
 
     for seeds, env, wanted in (("1", {"THREADS": "abc"}, "THREADS must be a whole number"),
                                (" ", {}, "no seed given"),
+                               ("1 1", {}, "a run is given twice in '1 1'"),
                                ("1", {"BRING_BACK_MIB": "0"}, "BRING_BACK_MIB a number of MiB > 0"),
                                ("1", {"CHECK_ONLY": "1"}, "no phase prepares the data")):
         done = study(seeds, "baseline", **env)

@@ -47,6 +47,9 @@ GOOD = """#@ run gpu_carry/not_made/wheels gpu_carry/X/data-bin -- lab/calls/x.s
     ("#@ returns model.pt\n", "'#@ returns model.pt' is not '#@ returns PATH MIB'"),
     ("#@ returns model.pt nan\n", "is not '#@ returns PATH MIB'"),
     ("#@ plan decode soon measured\n", "'#@ plan decode soon measured' is not '#@ plan STAGE SECONDS BASIS'"),
+    # issue 62 item 9: a duplicate carry line, a plan of many calls beside a resume line
+    ("#@ carry gpu_carry/X/data-bin 5\n", "'#@ carry gpu_carry/X/data-bin' is declared twice"),
+    ("#@ plan decode 4840 measured\n#@ resume lab/calls/x.sh\n", "the plan takes 5220 s, over the 555 s"),
 ])
 def test_each_limit_is_checked(tmp_path, change, problem):
     text = (GOOD.replace("#@ carry gpu_carry/not_made/wheels 30", "#@ carry gpu_carry/not_made/wheels 70")
@@ -115,3 +118,20 @@ def test_every_call_and_the_scripts_it_runs_carry_their_run_bit():
     for path in CALLS:
         rel = os.path.relpath(path, REPO)
         assert modes.get(rel, "100755") == "100755", f"{rel} is committed without its run bit"
+
+
+def test_a_run_line_without_a_command_a_non_utf8_script_and_a_dangling_link_are_one_line(tmp_path):
+    """Issue 62 item 9: these passed, or ended in raw tracebacks."""
+    call = tmp_path / "x.sh"
+    call.write_text(GOOD.replace(" -- lab/calls/x.sh", " --"))
+    problems, _ = preflight.check(str(call), tree=3.0)
+    assert any("with a command" in p for p in problems)
+    call.write_bytes(GOOD.encode() + b"# caf\xe9\n")
+    done = subprocess.run([sys.executable, os.path.join(REPO, "lab", "preflight.py"), str(call)],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and "not a readable UTF-8 call script" in done.stderr and "Traceback" not in done.stderr
+    folder = tmp_path / "carried"
+    folder.mkdir()
+    (folder / "a.bin").write_bytes(b"x" * 1024)
+    os.symlink(tmp_path / "gone", folder / "link")
+    assert preflight.size_mib(str(folder)) == 1024 / (1 << 20)
