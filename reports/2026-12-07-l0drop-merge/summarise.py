@@ -44,6 +44,21 @@ def decoding(work, model):
     return None
 
 
+def stock_row(work, last):
+    """The stock model at the models' budget point (WORK/results/baseline@UPDATES.json): its score, chrF and repeated
+    trigrams, or None."""
+    updates = {row["updates"] for row in last.values()}
+    for u in sorted(updates, reverse=True):
+        path = os.path.join(work, "results", f"baseline@{u}.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                result = json.load(f)["result"]
+            hyps = [h for h, _ in result["hypotheses"]]
+            return {"updates": u, "score": result["score"], "chrf": gap.chrf(hyps, result["references"]),
+                    "repeated_trigrams": gap.repeated_ngrams(hyps)}
+    return None
+
+
 def seed_rows(out):
     """{prefix: {seed: {model: row}}} of every work dir: the budget row at its last point, chrF and repeated
     trigrams of its decoding, the gap analysis's NLL and copy recall."""
@@ -77,6 +92,9 @@ def seed_rows(out):
                 with open(probe) as f:
                     row["content_probe"] = json.load(f)
             rows[model] = row
+        stock = stock_row(work, last)
+        if stock:
+            rows["stock"] = stock
         found.setdefault(m.group(1), {})[int(m.group(2))] = rows
     return found
 
@@ -124,6 +142,28 @@ def read_rule(per_seed, primary):
     return {"D_mean": round(D, 2), "G_drop_mean": round(G, 2), "R": None if R is None else round(R, 3), "verdict": verdict}
 
 
+def headline(summary, prefix="f0.25_"):
+    """The figures README and the status table quote: per contrast of the CPU runs (PREFIX), the mean relative gaps
+    of dropping and merging, D, the seeds; the content probe's gain per model (seed 1)."""
+    out = {}
+    for name, key in (("freq rule, mean merge", "mean"), ("freq rule, attention merge", "attention"),
+                      ("learned gates, mean merge", "gates_mean")):
+        c = summary["contrasts"].get(prefix + name)
+        if not c:
+            continue
+        seeds = c["seeds"].values()
+        out[f"seeds_{key}"] = len(c["seeds"])
+        out[f"relative_gap_pct_drop_{key}"] = round(statistics.mean(e["G_drop"] for e in seeds), 1)
+        out[f"relative_gap_pct_merge_{key}"] = round(statistics.mean(e["G_merge"] for e in seeds), 1)
+        out[f"D_points_{key}"] = round(statistics.mean(e["D"] for e in seeds), 1)
+        out[f"pruned_pct_{key}"] = round(100 * statistics.mean(e["pruned_merge"] for e in seeds), 1)
+    for model, row in summary["rows"].get(prefix, {}).get(1, {}).items():
+        if "content_probe" in row:
+            out[f"probe_gain_bits_{model}"] = row["content_probe"]["gain_bits"]
+            out[f"probe_accuracy_pct_{model}"] = round(100 * row["content_probe"]["states"]["accuracy"], 1)
+    return out
+
+
 def main(out, dest=HERE):
     found = seed_rows(out)
     summary = {"work_dirs": {p: sorted(s) for p, s in found.items()}, "rows": found, "contrasts": {}}
@@ -136,13 +176,14 @@ def main(out, dest=HERE):
         series = {}
         for seed, rows in seeds.items():
             for model, row in rows.items():
-                if row.get("source_states_pruned") is not None and row["relative_gap_points"] is not None:
+                if row.get("source_states_pruned") is not None and row.get("relative_gap_points") is not None:
                     series.setdefault(model, []).append((100 * row["source_states_pruned"], row["relative_gap_points"]))
         if series:
             line_plot([(m, [x for x, _ in sorted(p)], [y for _, y in sorted(p)]) for m, p in sorted(series.items())],
                       os.path.join(dest, f"relative_gap_vs_pruned_{prefix.rstrip('_') or 'all'}.png"),
                       f"drop against merge ({prefix.rstrip('_')}): each seed a point",
                       "source states pruned (%)", "relative gap to stock (points)")
+    summary["headline"] = headline(summary)
     with open(os.path.join(dest, "results.json"), "w") as f:
         json.dump(summary, f, indent=1)
     for name, c in summary["contrasts"].items():
