@@ -157,6 +157,18 @@ def dictionary_files(state: Mapping) -> dict:
     return {side: path for side, path in files.items() if os.path.isfile(path)}
 
 
+def other_dictionary(state: Mapping, data: str) -> Optional[str]:
+    """The dictionary file the checkpoint STATE was trained with, where its data directory still holds it and its
+    symbols differ from those of the same file name in DATA (a model decoded through another dictionary of the same
+    size reads other words and scores silently wrong); None where they agree or cannot be compared."""
+    for path in dictionary_files(state).values():
+        mine = os.path.join(data, os.path.basename(path))
+        if os.path.isfile(mine) and os.path.abspath(mine) != os.path.abspath(path) \
+                and dictionary_symbols(mine) != dictionary_symbols(path):
+            return path
+    return None
+
+
 def check_teacher_checkpoint(path: str, task) -> None:
     """ValueError unless PATH is a complete, readable fairseq checkpoint whose embedding tables have the sizes of
     ``task``'s dictionaries, and, where the teacher's training data directory still exists, dictionaries of the

@@ -33,6 +33,7 @@ import os
 from fairseq_sparse.analysis import sparsity_curve as sc
 from fairseq_sparse.analysis import token_types as tt
 from fairseq_sparse.analysis.scores import bleu_metric
+from fairseq_sparse.checkpoint_safety import other_dictionary, read_state
 from fairseq_sparse.cli import common
 from fairseq_sparse.cli.common import ToolError
 
@@ -183,6 +184,11 @@ def describe(args, paths):
     elif args.tags or args.char_boundary:
         raise ToolError("--tags / --char-boundary describe pruned source tokens, and no checkpoint has L0Drop gates "
                         "or an encoder-output pattern")
+    for option, path in [("--checkpoints", p) for p in paths] + ([("--baseline", args.baseline)] if args.baseline else []):
+        theirs = other_dictionary(read_state(path), args.data)
+        if theirs:
+            raise ToolError(f"{option} {path} was trained with {theirs}, whose symbols differ from those of "
+                            f"{args.data}: its scores would be of other words; decode it with its own data")
     return infos, (_describe(args.baseline) if args.baseline else None)
 
 

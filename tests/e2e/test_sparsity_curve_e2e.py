@@ -7,6 +7,7 @@ the tool measures them (TSV rows, PNGs); bad input is refused clearly, before an
 Here the tests that train or run console scripts; the pure ones are in tests/unit/test_sparsity_curve.py.
 """
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -127,7 +128,7 @@ def test_l0drop_pruning_counts_by_hand(corpus, schedule_run, tmp_path):
 
 
 @pytest.mark.parametrize("case", ["existing_output", "empty_save_dir", "no_gates", "both", "neither", "no_data",
-                                  "corrupt", "tags_lines", "tags_without_l0drop"])
+                                  "corrupt", "tags_lines", "tags_without_l0drop", "other_dictionary"])
 def test_bad_input_refused(case, corpus, schedule_run, tmp_path, capsys):
     out, stock = tmp_path / "curve", schedule_run["control"]
     ckpt = os.path.join(schedule_run["save"], f"checkpoint_1_{HOLD}.pt")
@@ -136,6 +137,12 @@ def test_bad_input_refused(case, corpus, schedule_run, tmp_path, capsys):
     (tmp_path / "bad.pt").write_bytes(open(ckpt, "rb").read()[:5000])
     (tmp_path / "curve.tsv").write_text("old\n") if case == "existing_output" else None
     (tmp_path / "test.tags").write_text("NN\n")
+    shuffled = tmp_path / "shuffled"  # issue 62 item 3: the data's dictionary of the same size, other words in order
+    shutil.copytree(corpus["bin"], shuffled)
+    for name in os.listdir(shuffled):
+        if name.startswith("dict."):
+            lines = (shuffled / name).read_text().splitlines()
+            (shuffled / name).write_text("\n".join(lines[1:] + lines[:1]) + "\n")
     base = ["--output-prefix", str(out)] + EVAL
     argv, expect = {
         "existing_output": ([corpus["bin"], "--checkpoints", ckpt] + base, f"{out}.tsv exists; pass --overwrite"),
@@ -151,6 +158,8 @@ def test_bad_input_refused(case, corpus, schedule_run, tmp_path, capsys):
                        f"--tags: {tmp_path / 'test.tags'} has 1 lines, the split 60 sentences"),
         "tags_without_l0drop": ([corpus["bin"], "--checkpoints", stock, "--tags", str(tmp_path / "test.tags")] + base,
                                 "has no L0Drop gates"),
+        "other_dictionary": ([str(shuffled), "--checkpoints", ckpt, "--baseline", stock] + base,
+                             f"whose symbols differ from those of {shuffled}"),
     }[case]
     with pytest.raises(SystemExit) as e:
         cli.main(argv)
