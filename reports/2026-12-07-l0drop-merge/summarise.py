@@ -164,6 +164,46 @@ def headline(summary, prefix="f0.25_"):
     return out
 
 
+NAMES = {"stock": "stock", "pattern_freq_scratch": "freq rule, drop", "pattern_freq_merge_mean_scratch":
+         "freq rule, merge (mean)", "pattern_freq_merge_attention_scratch": "freq rule, merge (attention)",
+         "l0drop_scratch": "learned gates, drop", "l0drop_merge_mean_scratch": "learned gates, merge (mean)"}
+
+
+def markdown(summary):
+    """The report's tables: every model per seed, and the content probe (printed; README.md quotes them)."""
+    lines = ["| work dir | seed | model | BLEU | G (points) | pruned | chrF | repeated trigrams | length ratio | "
+             "NLL train / valid | copied words split kept/pruned, recalled |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    probes = ["| seed | model | recovered from the kept states | bits | from the kept embeddings (floor) | bits | "
+              "the states add (bits) |", "|---|---|---|---|---|---|---|"]
+    for prefix, seeds in summary["rows"].items():
+        for seed, rows in sorted(seeds.items()):
+            for model in NAMES:
+                r = rows.get(model)
+                if r is None:
+                    continue
+                side, source = "method", r
+                if model == "stock":  # its NLL and copy recall: the gap analyses' control (the same checkpoint)
+                    side, source = "control", next((x for x in rows.values() if x.get("nll")), {})
+                nll = source.get("nll", {}).get(side)
+                copy = source.get("copy_recall", {}).get(side)
+                lines.append(
+                    f"| {prefix}s{seed} | {seed} | {NAMES[model]} | {r['score']:.2f} | "
+                    + (f"{r['relative_gap_points']:+.1f}" if r.get("relative_gap_points") is not None else "") + " | "
+                    + (f"{100 * r['source_states_pruned']:.1f}%" if r.get("source_states_pruned") is not None else "")
+                    + f" | {r.get('chrf', '')} | " + (f"{100 * r['repeated_trigrams']:.1f}%" if r.get("repeated_trigrams")
+                                                      is not None else "")
+                    + " | " + (f"{r['length_ratio']['method']:.3f}" if r.get("length_ratio") else "")
+                    + " | " + (f"{nll['train_sample']:.3f} / {nll['valid']:.3f}" if nll else "")
+                    + " | " + (f"{100 * copy['partly']:.1f}%" if copy and copy.get("partly") is not None else "")
+                    + " |")
+                p = r.get("content_probe")
+                if p:
+                    probes.append(f"| {seed} | {NAMES[model]} | {100 * p['states']['accuracy']:.1f}% | "
+                                  f"{p['states']['nll_bits']:.2f} | {100 * p['embeddings']['accuracy']:.1f}% | "
+                                  f"{p['embeddings']['nll_bits']:.2f} | {p['gain_bits']:+.2f} |")
+    return "\n".join(lines + [""] + probes)
+
+
 def main(out, dest=HERE):
     found = seed_rows(out)
     summary = {"work_dirs": {p: sorted(s) for p, s in found.items()}, "rows": found, "contrasts": {}}
@@ -186,6 +226,7 @@ def main(out, dest=HERE):
     summary["headline"] = headline(summary)
     with open(os.path.join(dest, "results.json"), "w") as f:
         json.dump(summary, f, indent=1)
+    print(markdown(summary))
     for name, c in summary["contrasts"].items():
         print(name, json.dumps({s: {k: e[k] for k in ("G_drop", "G_merge", "D")} for s, e in c["seeds"].items()}),
               c["rule"] if isinstance(c["rule"], str) else c["rule"]["verdict"], sep="\n  ")
