@@ -47,6 +47,14 @@ ROWS = [
      "through the shorter runs said {d[headline][predicted_pct_6857_2000]:+.1f}%) (3+3 x 128, CPU)",
      "no: not the protocol, not the budget past ten passes, not the data size",
      "[report]({d})", {"d": "2026-11-28-l0drop-decisive"}),
+    ("merge instead of drop: the freq rule at 50%, each pruned state folded into a kept one",
+     "recover what dropping loses (within 3% relative of stock)",
+     "merged by the mean **{m[headline][relative_gap_pct_merge_mean]:+.1f}%** relative against dropping's "
+     "{m[headline][relative_gap_pct_drop_mean]:+.1f}% ({m[headline][seeds_mean]} seeds), by attention "
+     "{m[headline][relative_gap_pct_merge_attention]:+.1f}% (seed 1); the kept states hold more of the pruned pieces "
+     "(a probe recovers {m[headline][probe_accuracy_pct_pattern_freq_merge_mean_scratch]:.0f}% against dropping's "
+     "{m[headline][probe_accuracy_pct_pattern_freq_scratch]:.0f}%) (3+3 x 128, a quarter of the pairs, 850 updates, CPU)",
+     "no: the loss is in reading the slots, not in routing", "[report]({m})", {"m": "2026-12-07-l0drop-merge"}),
     ("composed (simplified decoder + L0Drop 10% + half the heads)", "2x stock at 400 tokens, within 1 BLEU",
      "**{r[headline][speed_vs_stock_400_seed1]:.2f}x** / **{r[headline][speed_vs_stock_400_seed2]:.2f}x** (CPU, one "
      "thread); **{r[headline][gap_bleu_2000_mean]:.2f}** BLEU (2 seeds, 2,000 updates)", "speed yes, quality no",
