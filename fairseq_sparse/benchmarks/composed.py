@@ -195,7 +195,7 @@ def checkpoint_paths(p, args):
         except ToolError as e:
             p.error(str(e))
         options = args._options[name] = model_options(read_state(path))
-        if name in L0DROP_NAMES and not describe_checkpoint(path)["gates"]["l0drop"]:
+        if name.startswith(L0DROP_NAMES) and not describe_checkpoint(path)["gates"]["l0drop"]:
             p.error(f"--path {name}={path}: no L0Drop gates and no encoder-output pattern, so it would be timed "
                     f"as {name} while decoding as a stock model; give an L0Drop checkpoint under that name")
         limit = options.get("max_source_positions") or bench_common.MAX_POSITIONS

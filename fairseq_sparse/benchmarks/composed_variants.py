@@ -9,7 +9,8 @@ from fairseq_sparse.benchmarks import bench_common
 VARIANTS = ("stock", "l0drop", "layers", "layers_unpruned", "heads", "simplified", "composed", "stock_int8",
             "composed_int8", "stock_ts", "composed_ts", "composed_int8_ts", "ct2_float32", "ct2_int8")
 CT2_VARIANTS = ("ct2_float32", "ct2_int8")
-#: --path names that say the checkpoint prunes source states: refused for a checkpoint without L0Drop gates
+#: --path names that say the checkpoint prunes source states (these and any name they begin, l0drop_unpruned among
+#: them): refused for a checkpoint without L0Drop gates
 L0DROP_NAMES = ("l0drop", "layers", "layers_unpruned")
 #: torch's dynamic int8 quantisation of a fairseq model (the _ts one also scripted)
 INT8_VARIANTS = ("stock_int8", "composed_int8", "composed_int8_ts")

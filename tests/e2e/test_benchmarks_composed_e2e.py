@@ -107,7 +107,10 @@ def test_composed_benchmark_checks_checkpoints_first(capsys, monkeypatch, tmp_pa
               "--lengths 1500: beyond --path stock's 1024 source positions"),
              # issue 55's undecided case: a stock checkpoint was timed under L0Drop's name with no note
              (["--path", f"stock={stock_transformer_ckpt}", "--path", f"l0drop={stock_transformer_ckpt}", "--data",
-               corpus["bin"]], "no L0Drop gates and no encoder-output pattern, so it would be timed as l0drop")]
+               corpus["bin"]], "no L0Drop gates and no encoder-output pattern, so it would be timed as l0drop"),
+             # issue 62 item 7: the same under a name that begins with l0drop
+             (["--path", f"stock={stock_transformer_ckpt}", "--path", f"l0drop_unpruned={stock_transformer_ckpt}",
+               "--data", corpus["bin"]], "so it would be timed as l0drop_unpruned")]
     for args, msg in cases:
         with pytest.raises(SystemExit) as e:
             bench.parse_args(args)
