@@ -141,26 +141,27 @@ class EncoderOutputPattern(SparsityModule):
         if self.kind == "pos":
             if src_tags is None or src_tags.shape != src_tokens.shape:
                 raise ValueError(self.untagged_input)
-            continues = self.continues.to(src_tokens.device)[src_tokens]
-            later_piece = torch.zeros_like(continues)
-            later_piece[:, 1:] = continues[:, :-1]  # the previous piece ends with the BPE marker
             tags = src_tags.clamp(0, self.dropped_tags.numel() - 1)
-            keep = ~(self.dropped_tags.to(src_tokens.device)[tags] | later_piece)
+            keep = ~(self.dropped_tags.to(src_tokens.device)[tags] | self.later_pieces(src_tokens))
         elif self.kind == "group":
             position = real.long().cumsum(1) - 1  # 0-based position among the real tokens (left padding too)
             keep = position.remainder(self.setting) == 0
         else:
             keep = ~self.dropped.to(src_tokens.device)[src_tokens]
             if self.whole_words:  # a piece goes only with its whole word: kept where any piece of its word is kept
-                continues = self.continues.to(src_tokens.device)[src_tokens] & real
-                starts = torch.ones_like(continues)
-                starts[:, 1:] = ~continues[:, :-1]
-                word = starts.long().cumsum(1) - 1  # 0-based word index of every piece
+                word = (~self.later_pieces(src_tokens)).long().cumsum(1) - 1  # 0-based word index of every piece
                 kept_words = torch.zeros_like(word).scatter_reduce(1, word, (keep & real).long(), reduce="amax",
                                                                    include_self=True)
                 keep = kept_words.gather(1, word) > 0
         keep = (keep | src_tokens.eq(self.eos)) & real
         return keep.float()
+
+    def later_pieces(self, src_tokens: Tensor) -> Tensor:
+        """B x T: whether each piece continues a word (the previous piece ends with the BPE marker)."""
+        continues = self.continues.to(src_tokens.device)[src_tokens]
+        later = torch.zeros_like(continues)
+        later[:, 1:] = continues[:, :-1]
+        return later
 
     def record_rate(self, gates: Tensor, padding_mask: Optional[Tensor]):
         """Report the share of real source tokens dropped (a statistic for the logs; no penalty)."""
