@@ -11,14 +11,15 @@ USER_DIR=$(python3 -c "import fairseq_sparse, os; print(os.path.dirname(fairseq_
 names=("$@")
 [ ${#names[@]} -eq 0 ] && names=($(cd "$OUT" && ls -d *s[0-9]* 2>/dev/null))
 for name in "${names[@]}"; do
-  work="$OUT/$name"
+  work="$OUT/$name" data="$OUT/$name/data-bin"
+  [ -d "$data" ] || data="$OUT/${name%s*}s1/data-bin"  # a second seed reads the first seed's data
   mkdir -p "$work/probe"
   for model in pattern_freq_scratch pattern_freq_merge_mean_scratch pattern_freq_merge_attention_scratch \
                l0drop_scratch l0drop_merge_mean_scratch; do
     ckpt="$work/$model/checkpoint_last.pt"
     [ -f "$ckpt" ] && [ -f "$work/$model/timing.json" ] || continue  # a finished run only
     [ -f "$work/probe/$model.json" ] && continue
-    "$TOOL" "$work/data-bin" --user-dir "$USER_DIR" \
+    "$TOOL" "$data" --user-dir "$USER_DIR" \
       --path "$ckpt" --gen-subset train --cpu --batch-size 64 --gates-output "$work/probe/$model.gates.tsv" \
       --content-probe "$work/probe/$model.json" --content-probe-sentences "${N:-3000}" -s en -t de --overwrite \
       > "$work/probe/$model.log" 2>&1
