@@ -53,7 +53,7 @@ ROWS = [
      "{m[headline][relative_gap_pct_drop_mean]:+.1f}% ({m[headline][seeds_mean]} seeds), by attention "
      "{m[headline][relative_gap_pct_merge_attention]:+.1f}% (seed 1); the kept states hold more of the pruned pieces "
      "(a probe recovers {m[headline][probe_accuracy_pct_pattern_freq_merge_mean_scratch]:.0f}% against dropping's "
-     "{m[headline][probe_accuracy_pct_pattern_freq_scratch]:.0f}%) (3+3 x 128, a quarter of the pairs, 850 updates, CPU)",
+     "{m[headline][probe_accuracy_pct_pattern_freq_scratch]:.0f}%, seed 1) (3+3 x 128, a quarter of the pairs, 850 updates, CPU)",
      "no: the loss is in reading the slots, not in routing", "[report]({m})", {"m": "2026-12-07-l0drop-merge"}),
     ("composed (simplified decoder + L0Drop 10% + half the heads)", "2x stock at 400 tokens, within 1 BLEU",
      "**{r[headline][speed_vs_stock_400_seed1]:.2f}x** / **{r[headline][speed_vs_stock_400_seed2]:.2f}x** (CPU, one "
