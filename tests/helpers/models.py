@@ -159,3 +159,22 @@ def eager_graphs_class():
             return types.SimpleNamespace(replay=lambda: generator._step(run, 1)), run
 
     return EagerGraphs
+
+
+def gated(model, seed=0):
+    """Close about half of every L0Drop gate (input-dependent) and some head gates, so that the memory is pruned; give
+    coverage attention a say."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("log_alpha_proj.weight"):
+                p.copy_(torch.randn(p.shape, generator=g) * 3.0)
+            elif name.endswith("log_alpha_proj.bias"):
+                p.fill_(-0.5)
+            elif name.endswith("merge.score.weight"):
+                p.copy_(torch.randn(p.shape, generator=g))
+            elif name.endswith("log_alpha") and p.dim() == 1:
+                p.copy_(torch.where(torch.rand(p.shape, generator=g) < 0.3, -10.0, 3.0))
+            elif ".coverage.logit." in name:  # zero at initialisation: coverage would change nothing
+                p.copy_(torch.randn(p.shape, generator=g))
+    return model

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from fairseq_sparse.modules.encoder_merge import EncoderOutputMerge, merge_groups, merge_states
-from helpers.models import build_l0drop_model, mixed_length_batch
+from helpers.models import build_l0drop_model, gated, mixed_length_batch
 
 
 def states(values):
@@ -78,17 +78,7 @@ def test_gradients_reach_the_pruned_states_and_the_scorer():
 
 def model_with(*extra, seed=1):
     """An eval-mode transformer_l0drop with about half its output gates closed (random directions)."""
-    model, _ = build_l0drop_model(*extra)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("log_alpha_proj.weight"):
-                p.copy_(torch.randn(p.shape, generator=g) * 3.0)
-            elif name.endswith("log_alpha_proj.bias"):
-                p.fill_(-0.5)
-            elif name.endswith("merge.score.weight"):
-                p.copy_(torch.randn(p.shape, generator=g))
-    return model.eval()
+    return gated(build_l0drop_model(*extra)[0], seed=seed).eval()
 
 
 MERGED = [("--encoder-output-merge", "mean"), ("--encoder-output-merge", "attention"),

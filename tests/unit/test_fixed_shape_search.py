@@ -13,7 +13,7 @@ from fairseq.modules import MultiheadAttention
 from fairseq_sparse.fixed_shape_search import FixedShapeSequenceGenerator, StaticCacheSelfAttention, StepGraphs
 from fairseq_sparse.modules.head_gates import attention_modules, prune_heads
 from fairseq_sparse.tasks.translation_fixed_shape import TranslationFixedShapeConfig, TranslationFixedShapeTask
-from helpers.models import build, eager_graphs_class, generation_args, sources
+from helpers.models import build, eager_graphs_class, gated, generation_args, sources
 
 EagerGraphs = eager_graphs_class()
 #: scores agree to float rounding: fairseq drops finished sentences from the batch, which changes the shapes its
@@ -46,25 +46,6 @@ def built(name, eos_scale):
         keep = {key: list(range(i % (mha.num_heads + 1))) for i, (key, mha) in enumerate(attention_modules(model).items())}
         prune_heads(model, keep)
     return gated(model), d
-
-
-def gated(model, seed=0):
-    """Close about half of every L0Drop gate (input-dependent) and some head gates, so that the memory is pruned; give
-    coverage attention a say."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("log_alpha_proj.weight"):
-                p.copy_(torch.randn(p.shape, generator=g) * 3.0)
-            elif name.endswith("log_alpha_proj.bias"):
-                p.fill_(-0.5)
-            elif name.endswith("merge.score.weight"):
-                p.copy_(torch.randn(p.shape, generator=g))
-            elif name.endswith("log_alpha") and p.dim() == 1:
-                p.copy_(torch.where(torch.rand(p.shape, generator=g) < 0.3, -10.0, 3.0))
-            elif ".coverage.logit." in name:  # zero at initialisation: coverage would change nothing
-                p.copy_(torch.randn(p.shape, generator=g))
-    return model
 
 
 def decode(model, d, sample, flags, fixed, step_form="prefix", beam_reorder="copy"):
