@@ -3,7 +3,7 @@
 Importing the package registers its models and criterions with fairseq, lets torch's safe
 checkpoint loader (weights_only=True, the default since torch 2.6) read fairseq checkpoints, keeps
 the last batch that fairseq drops when its size is not a multiple of --required-batch-size-multiple, and makes
---no-repeat-ngram-size block repeats where fairseq runs it without its CUDA extension (ngram_block.py).
+--no-repeat-ngram-size block repeats where fairseq runs it without its CUDA extension (patches/ngram_block.py).
 
 Bibliography (docstrings and ``--help`` texts cite these by authors and year):
 
@@ -23,6 +23,5 @@ Bibliography (docstrings and ``--help`` texts cite these by authors and year):
   The HardConcrete distribution.
 """
 from . import checkpoint_safety  # noqa: F401  (first: fairseq tools may load checkpoints right after)
-from . import last_batch  # noqa: F401
-from . import ngram_block  # noqa: F401
-from . import criterions, models, modules, optim, tasks  # noqa: F401
+from .patches import last_batch, ngram_block  # noqa: F401
+from . import criterions, models, modules, optim, search, tasks  # noqa: F401

@@ -8,7 +8,7 @@ them; ``l0drop_full``, the same weights with pruned decoding off: the full memor
 the searches decode the same batch of random sources:
 
   fairseq        fairseq's SequenceGenerator (what fairseq-generate runs)
-  fixed_shape    fairseq_sparse/fixed_shape_search.py: on CUDA as ``--task translation_fixed_shape`` runs it, its
+  fixed_shape    fairseq_sparse/search/fixed_shape_search.py: on CUDA as ``--task translation_fixed_shape`` runs it, its
                  steps of fixed shape captured in CUDA graphs; on the CPU its eager steps (``prefix``)
   fixed_eager    the same search with eager steps (``--fixed-shape-step-form prefix``; CUDA runs only)
   fixed_indirect steps of fixed shape whose beams reorder through an ancestry table, the self-attention keys and
@@ -96,7 +96,7 @@ def build(args, name, data_dir, calibration_len):
 
 
 def generators(model, task, args):
-    from fairseq_sparse.fixed_shape_search import FixedShapeSequenceGenerator
+    from fairseq_sparse.search.fixed_shape_search import FixedShapeSequenceGenerator
 
     gens = {"fairseq": bench_common.forced_generator(model, task.target_dictionary, args.beam, args.out_len)}
     # on the CPU the search's eager steps (its default there, auto, is fairseq's own search)

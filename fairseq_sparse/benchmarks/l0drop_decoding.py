@@ -10,7 +10,7 @@ Four variants decode the same inputs with fairseq's SequenceGenerator (beam sear
             state dict minus the L0Drop gate parameters). Without gates its encoder output differs, so
             its hypotheses differ too: it is a speed baseline only (same shapes, same amount of work).
   shared    that stock model switched to one encoder memory per sentence (``--task translation_shared_memory``
-            of fairseq-generate, ``fairseq_sparse/modules/shared_memory.py``): must give stock's hypotheses
+            of fairseq-generate, ``fairseq_sparse/search/shared_memory.py``): must give stock's hypotheses
             and scores bit for bit (checked and printed); what the memory shared by the hypotheses alone
             gains, on any stock checkpoint (the unpruned L0Drop model has it too).
 
@@ -183,7 +183,7 @@ def load_models(path, data, variant, device, fp16):
     from fairseq.models.transformer import TransformerModel
     from omegaconf import OmegaConf
 
-    from fairseq_sparse.modules.shared_memory import share_encoder_memory
+    from fairseq_sparse.search.shared_memory import share_encoder_memory
 
     overrides = {"data": data, "pruned_decoding": variant == "pruned"}
     models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides=overrides)

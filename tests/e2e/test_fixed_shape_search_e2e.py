@@ -75,9 +75,9 @@ def test_fairseq_interactive_prints_what_the_translation_task_prints(l0drop_ckpt
 
 
 def test_the_hub_interface_translates_as_the_translation_task_does(l0drop_ckpt, corpus):
-    from fairseq_sparse.fixed_shape_search import FixedShapeSequenceGenerator
+    from fairseq_sparse.search.fixed_shape_search import FixedShapeSequenceGenerator
     from fairseq_sparse.models.transformer_l0drop import L0DropTransformerModel
-    from fairseq_sparse.tasks.translation_fixed_shape import use_fixed_shape_search
+    from fairseq_sparse.search.translation_fixed_shape import use_fixed_shape_search
 
     def hub():
         return L0DropTransformerModel.from_pretrained(
@@ -106,9 +106,9 @@ def test_callers_that_read_after_several_batches_get_their_own_translations(l0dr
     """fairseq-interactive with --buffer-size above --batch-size and the hub's translate decode several batches before
     they read any: with steps captured (the eager stand-in of a CUDA graph), each batch of a shape is decoded in the
     captured buffers, so its hypotheses must be copied out (was: 8 of 12 translations another sentence's)."""
-    import fairseq_sparse.fixed_shape_search as search
+    import fairseq_sparse.search.fixed_shape_search as search
     from fairseq_sparse.models.transformer_l0drop import L0DropTransformerModel
-    from fairseq_sparse.tasks.translation_fixed_shape import use_fixed_shape_search
+    from fairseq_sparse.search.translation_fixed_shape import use_fixed_shape_search
     from helpers.models import eager_graphs_class
 
     monkeypatch.setattr(search, "StepGraphs", eager_graphs_class())

@@ -147,7 +147,7 @@ def eager_graphs_class():
     buffers that the next batch overwrites, shows here as a wrong hypothesis."""
     import types
 
-    from fairseq_sparse.fixed_shape_search import StepGraphs
+    from fairseq_sparse.search.fixed_shape_search import StepGraphs
 
     class EagerGraphs(StepGraphs):
         device_type = "cpu"

@@ -1,4 +1,4 @@
-"""The fixed-shape beam search (fairseq_sparse/fixed_shape_search.py, --task translation_fixed_shape) gives fairseq's
+"""The fixed-shape beam search (fairseq_sparse/search/fixed_shape_search.py, --task translation_fixed_shape) gives fairseq's
 SequenceGenerator's hypotheses and scores for the stock transformer and every architecture of the plugin, and for
 every generation option it accepts; what it cannot honour is refused in one line before decoding. Random tiny
 models built in-process, eager on the CPU."""
@@ -10,9 +10,9 @@ import torch
 
 from fairseq.modules import MultiheadAttention
 
-from fairseq_sparse.fixed_shape_search import FixedShapeSequenceGenerator, StaticCacheSelfAttention, StepGraphs
+from fairseq_sparse.search.fixed_shape_search import FixedShapeSequenceGenerator, StaticCacheSelfAttention, StepGraphs
 from fairseq_sparse.modules.head_gates import attention_modules, prune_heads
-from fairseq_sparse.tasks.translation_fixed_shape import TranslationFixedShapeConfig, TranslationFixedShapeTask
+from fairseq_sparse.search.translation_fixed_shape import TranslationFixedShapeConfig, TranslationFixedShapeTask
 from helpers.models import build, eager_graphs_class, gated, generation_args, sources
 
 EagerGraphs = eager_graphs_class()
@@ -145,7 +145,7 @@ def test_l0drop_models_with_pruned_decoding_off_give_fairseqs_hypotheses(name, r
 def test_the_ancestry_table_moves_and_the_buffers_do_not():
     """With --fixed-shape-beam-reorder indirect no written key or value is ever moved: after a step, every position
     written before holds what it held; the table names, per hypothesis and position, the slot of its sentence."""
-    from fairseq_sparse.modules.static_cache import StaticCacheSelfAttention
+    from fairseq_sparse.search.static_cache import StaticCacheSelfAttention
 
     model, d = build("transformer")
     seen = []
@@ -190,7 +190,7 @@ def test_every_accepted_generation_option_gives_fairseqs_hypotheses(flags):
 @pytest.mark.parametrize("flags", [["--no-repeat-ngram-size", "2", "--min-len", "12"], ["--no-repeat-ngram-size", "3"]],
                          ids=" ".join)
 def test_steps_of_fixed_shape_block_repeated_ngrams_as_fairseq_does(flags):
-    """n-gram blocking in the form a CUDA graph captures: the step read on the device (fairseq_sparse/ngram_block.py),
+    """n-gram blocking in the form a CUDA graph captures: the step read on the device (fairseq_sparse/patches/ngram_block.py),
     the same hypotheses as fairseq's search, none with a repeated n-gram."""
     model, d = build("transformer")
     sample = sources(d)
@@ -273,7 +273,7 @@ def test_a_step_of_fixed_shape_reads_nothing_on_the_host(name, monkeypatch):
     """What a CUDA graph cannot capture, caught on the CPU: from the second step on (the first step runs eagerly
     before any capture), no tensor is turned into a Python value (bool, int, float, item, tolist, nonzero) by the
     search, fairseq or the plugin, so a captured step has no host read."""
-    from fairseq_sparse import fixed_shape_search
+    from fairseq_sparse.search import fixed_shape_search
 
     model, d = built(name, 2.5)
     step = fixed_shape_search.FixedShapeSequenceGenerator._step
@@ -296,7 +296,7 @@ def test_a_step_of_fixed_shape_reads_nothing_on_the_host(name, monkeypatch):
     monkeypatch.setattr(fixed_shape_search.FixedShapeSequenceGenerator, "_step", guarded)
     decode(model, d, sources(d), ["--beam", "4"], fixed=True, step_form="fixed")
     assert reads, "no step after the first ran"
-    # n-gram blocking (fairseq_sparse/ngram_block.py) and beams reordered through the ancestry table: no host read
+    # n-gram blocking (fairseq_sparse/patches/ngram_block.py) and beams reordered through the ancestry table: no host read
     reads.clear()
     decode(model, d, sources(d), ["--beam", "4", "--no-repeat-ngram-size", "2"], fixed=True, step_form="fixed",
            beam_reorder="indirect")
@@ -327,7 +327,7 @@ def test_a_new_batch_of_a_captured_shape_replays_with_its_own_tensors(name, reor
 def test_the_stock_memory_keeps_one_row_per_sentence_read_by_its_beams(form):
     """fairseq's transformer expands its memory over the beam; here its encoder-decoder attention computes the keys
     and values once per sentence (SharedMemoryAttention) during the search, and is fairseq's class again after."""
-    from fairseq_sparse.modules.shared_memory import SharedMemoryAttention
+    from fairseq_sparse.search.shared_memory import SharedMemoryAttention
 
     model, d = build("transformer")
     sample = sources(d)
@@ -418,13 +418,13 @@ def test_auto_without_a_cuda_graph_is_fairseqs_own_search(caplog):
     """``auto`` on the CPU (no CUDA graph to replay) decodes with fairseq's own search, which drops finished sentences
     (an eager step of fixed shape computes their rows: slower there), and says so once; ``prefix`` runs the search's
     own steps. Both give fairseq's hypotheses."""
-    from fairseq_sparse import fixed_shape_search
+    from fairseq_sparse.search import fixed_shape_search
 
     model, d = built("transformer", 2.5)
     sample = sources(d)
     steps = []
     original = fixed_shape_search.FixedShapeSequenceGenerator._step
-    with pytest.MonkeyPatch.context() as mp, caplog.at_level(logging.INFO, logger="fairseq_sparse.fixed_shape_search"):
+    with pytest.MonkeyPatch.context() as mp, caplog.at_level(logging.INFO, logger="fairseq_sparse.search.fixed_shape_search"):
         mp.setattr(fixed_shape_search.FixedShapeSequenceGenerator, "_step",
                    lambda self, run, step: steps.append(step) or original(self, run, step))
         task = TranslationFixedShapeTask(TranslationFixedShapeConfig(), d, d)  # auto, the default
@@ -468,7 +468,7 @@ def test_retain_dropout_and_a_unigram_block_are_refused_in_one_line():
 def test_the_fp16_length_penalty_divides_as_fairseq_does():
     """fairseq divides a half score by the Python float (step + 1) ** lenpen, which the division reads in float32;
     rounding the divisor to half first changed the last bit of many normalised scores (issue 53)."""
-    from fairseq_sparse.fixed_shape_search import Beams
+    from fairseq_sparse.search.fixed_shape_search import Beams
 
     gen = types.SimpleNamespace(normalize_scores=True, len_penalty=0.6, eos=2)
     scores = torch.linspace(-9.0, -0.1, 4096).half()

@@ -5,7 +5,7 @@ import pytest
 
 import fairseq_sparse  # noqa: F401
 from fairseq.data import data_utils
-from fairseq_sparse import last_batch
+from fairseq_sparse.patches import last_batch
 
 
 @pytest.mark.parametrize("max_tokens,max_sentences,expected", [

@@ -3,7 +3,11 @@
 * the core (modules, models, criterions, optim, tasks and the top-level modules) imports no analysis, cli or
   recipe module: loading the plugin loads neither the analysis library nor a tool;
 * analysis imports, of the plugin, only analysis itself, modules/ (the maths) and the top-level modules
-  (checkpoint reading): no criterion, model, optimiser or task internals, no tool;
+  (checkpoint reading): no criterion, model, optimiser or task internals, no search, no tool;
+* search/ (the decoding side) may import the core and patches/, no tool; nothing of the core imports it but the
+  package's ``__init__``, which loads it (its tasks register);
+* patches/ (the repairs to fairseq and torch) imports nothing of the package but patches/ itself: any layer may
+  import it;
 * a tool imports no other tool: cli/common.py is the tools' shared helper (and imports no tool), the recipe
   imports no cli module but cli/common.py, and no cli module imports the recipe;
 * the benchmarks (fairseq_sparse.benchmarks) sit on top: they may import any layer, and nothing but a benchmark
@@ -48,6 +52,8 @@ def imported(source, name, is_package):
 
 
 TOOLS_AND_LIBRARY = ("analysis", "cli", "recipe", "benchmarks")
+#: rooms of their own below the tools: the decoding side and the repairs to fairseq and torch
+ROOMS = ("search", "patches")
 
 
 def part(name, i):
@@ -57,10 +63,10 @@ def part(name, i):
 
 
 def layer(name):
-    """analysis / cli / recipe / benchmarks, core for the rest of the package, None outside it."""
+    """analysis / cli / recipe / benchmarks / search / patches, core for the rest of the package, None outside it."""
     if name.split(".")[0] != PACKAGE:
         return None
-    return part(name, 1) if part(name, 1) in TOOLS_AND_LIBRARY else "core"
+    return part(name, 1) if part(name, 1) in TOOLS_AND_LIBRARY + ROOMS else "core"
 
 
 def violations(name, targets):
@@ -72,9 +78,13 @@ def violations(name, targets):
             continue
         if sub == "benchmarks" and own != "benchmarks":
             out.append(f"{name} imports a benchmark: {t}")
-        elif own == "core" and sub in TOOLS_AND_LIBRARY:
-            out.append(f"{name} (core) imports {t}")
-        elif own == "analysis" and sub in CORE + ("cli", "recipe") and sub != "modules":
+        elif own == "patches" and layer(t) != "patches":
+            out.append(f"{name} (patches) imports {t}: patches/ imports nothing of the package above it")
+        elif own in ("core", "search") and sub in TOOLS_AND_LIBRARY:
+            out.append(f"{name} ({own}) imports {t}")
+        elif own == "core" and sub == "search" and name != PACKAGE:
+            out.append(f"{name} (core) imports the search: {t}")
+        elif own == "analysis" and sub in CORE + ("cli", "recipe", "search") and sub != "modules":
             out.append(f"{name} (analysis) imports {t}: only analysis, modules/ and the top-level modules")
         elif own == "cli" and sub == "recipe":
             out.append(f"{name} (a tool) imports the recipe: {t}")
@@ -127,6 +137,19 @@ def test_layers_point_one_way():
     ("fairseq_sparse.analysis.x", "from ..benchmarks import bench_common", True),
     ("fairseq_sparse.benchmarks.composed", "from fairseq_sparse.benchmarks import bench_common\n"
      "from fairseq_sparse.recipe.commands import model_flags\nfrom fairseq_sparse.cli.common import ToolError", False),
+    ("fairseq_sparse.models.x", "from ..search.fixed_shape_search import Beams", True),
+    ("fairseq_sparse.modules.x", "from ..search import static_cache", True),
+    ("fairseq_sparse.tasks.x", "def f():\n    from fairseq_sparse.search import shared_memory", True),
+    ("fairseq_sparse.analysis.x", "from ..search.shared_memory import share_encoder_memory", True),
+    ("fairseq_sparse", "from .patches import last_batch\nfrom . import models, search", False),
+    ("fairseq_sparse.search.x", "from ..models.l0drop_decoder import D\nfrom ..modules.head_gates import H\n"
+     "from ..patches.ngram_block import f\nfrom .static_cache import cacheable", False),
+    ("fairseq_sparse.search.x", "from ..analysis import heads", True),
+    ("fairseq_sparse.benchmarks.x", "from fairseq_sparse.search.fixed_shape_search import F", False),
+    ("fairseq_sparse.patches.x", "from .switch import enabled\nfrom . import NAMES", False),
+    ("fairseq_sparse.patches.x", "from ..modules.sparsity import SparsityTerm", True),
+    ("fairseq_sparse.patches.x", "from .. import checkpoint_safety", True),
+    ("fairseq_sparse.checkpoint_safety", "from .patches import enabled", False),
 ])
 def test_the_rules_catch_upward_and_sideways_imports(name, source, bad):
     assert bool(violations(name, imported(source, name, False))) == bad

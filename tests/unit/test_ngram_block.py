@@ -1,4 +1,4 @@
-"""--no-repeat-ngram-size with the plugin loaded (fairseq_sparse/ngram_block.py): fairseq's CUDA kernel's rule in
+"""--no-repeat-ngram-size with the plugin loaded (fairseq_sparse/patches/ngram_block.py): fairseq's CUDA kernel's rule in
 tensors, where fairseq's own Python path, handed the whole token buffer, blocked nothing (fairseq issues 4709, 5206)."""
 import itertools
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 from fairseq.ngram_repeat_block import NGramRepeatBlock
 
-from fairseq_sparse.ngram_block import FAIRSEQ_NO_REPEAT_NGRAM, block_repeated_ngrams
+from fairseq_sparse.patches.ngram_block import FAIRSEQ_NO_REPEAT_NGRAM, block_repeated_ngrams
 
 PAD = 1
 

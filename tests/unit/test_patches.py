@@ -1,4 +1,4 @@
-"""FAIRSEQ_SPARSE_PATCHES (fairseq_sparse/patches.py, issue 54): the plugin's import-time changes to fairseq and
+"""FAIRSEQ_SPARSE_PATCHES (fairseq_sparse/patches/, issue 54): the plugin's import-time changes to fairseq and
 torch can be switched off, one by one or all, and an unknown name is refused."""
 import os
 import subprocess
@@ -11,7 +11,7 @@ import torch
 from fairseq.data import data_utils
 from fairseq.ngram_repeat_block import NGramRepeatBlock
 import fairseq_sparse
-from fairseq_sparse import last_batch, ngram_block
+from fairseq_sparse.patches import last_batch, ngram_block
 print(data_utils.batch_by_size is last_batch.batch_by_size,
       NGramRepeatBlock._no_repeat_ngram is ngram_block._no_repeat_ngram,
       'argparse.Namespace' in str(torch.serialization.get_safe_globals()))

@@ -1,4 +1,4 @@
-"""One encoder memory per sentence for fairseq's own transformer (fairseq_sparse/modules/shared_memory.py): fairseq's
+"""One encoder memory per sentence for fairseq's own transformer (fairseq_sparse/search/shared_memory.py): fairseq's
 SequenceGenerator gives bit-identical hypotheses, scores, positional scores and attention with the switched model
 and with the stock one, while the memory the decoder reads keeps one row per sentence; what cannot be switched is
 refused. Random tiny models built in-process (the trained checkpoint and fairseq-generate: tests/e2e)."""
@@ -8,13 +8,13 @@ import copy
 import pytest
 import torch
 
-from fairseq_sparse.modules.shared_memory import SharedMemoryAttention, share_encoder_memory, why_not_shareable
+from fairseq_sparse.search.shared_memory import SharedMemoryAttention, share_encoder_memory, why_not_shareable
 from helpers.models import assert_identical, build, dictionary, generation_args, memory_rows_seen, parse, sources
 
 
 def switched(model):
     """``model`` as ``--task translation_shared_memory`` loads it: the task builds the model, then its weights load."""
-    from fairseq_sparse.tasks.translation_shared_memory import TranslationSharedMemoryConfig, TranslationSharedMemoryTask
+    from fairseq_sparse.search.translation_shared_memory import TranslationSharedMemoryConfig, TranslationSharedMemoryTask
 
     d = dictionary()
     task = TranslationSharedMemoryTask(TranslationSharedMemoryConfig(), d, d)
@@ -191,7 +191,7 @@ def test_models_it_cannot_switch_are_refused(arch, extra, reason):
 
 def test_the_task_refuses_such_a_model_with_one_line():
     """--task translation_shared_memory on a model it cannot switch: SystemExit with one line (exit status 1)."""
-    from fairseq_sparse.tasks.translation_shared_memory import TranslationSharedMemoryConfig, TranslationSharedMemoryTask
+    from fairseq_sparse.search.translation_shared_memory import TranslationSharedMemoryConfig, TranslationSharedMemoryTask
 
     d = dictionary()
     task = TranslationSharedMemoryTask(TranslationSharedMemoryConfig(), d, d)

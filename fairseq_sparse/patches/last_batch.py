@@ -4,12 +4,12 @@ fairseq's ``data_utils.batch_by_size`` (the fairseq-fixed 0.12 release, as fairs
 the last batch when its size is not a multiple of ``--required-batch-size-multiple`` (default 8;
 facebookresearch/fairseq issue 5036): fairseq-generate on 30 sentences decodes 24, and validation skips
 sentences too, without a word. Importing the plugin wraps the function so that the sentences of the
-dropped batch come back as one last batch; every other batch is fairseq's own (FAIRSEQ_SPARSE_PATCHES: patches.py).
+dropped batch come back as one last batch; every other batch is fairseq's own (FAIRSEQ_SPARSE_PATCHES: patches/switch.py).
 """
 import numpy as np
 from fairseq.data import data_utils
 
-from .patches import enabled
+from .switch import enabled
 
 _fairseq_batch_by_size = data_utils.batch_by_size
 

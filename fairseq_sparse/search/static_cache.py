@@ -1,4 +1,4 @@
-"""Decoder state of fixed shape for a beam search that keeps its rows (fairseq_sparse/fixed_shape_search.py).
+"""Decoder state of fixed shape for a beam search that keeps its rows (fairseq_sparse/search/fixed_shape_search.py).
 
 fairseq's MultiheadAttention keeps a decoder self-attention's keys and values in a cache that grows by ``torch.cat``
 at every step, and fairseq's decoder embeds the step's position from the length of the target prefix it is given:

@@ -14,7 +14,7 @@ import torch
 from fairseq.ngram_repeat_block import NGramRepeatBlock
 from torch import Tensor
 
-from .patches import enabled
+from .switch import enabled
 
 
 def block_repeated_ngrams(tokens: Tensor, lprobs: Tensor, step: Tensor, n: int) -> Tensor:

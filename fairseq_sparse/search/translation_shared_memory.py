@@ -4,7 +4,7 @@ sentence instead of one copy per hypothesis, for stock fairseq ``transformer`` c
     fairseq-generate DATA --user-dir fairseq_sparse --task translation_shared_memory --path CKPT --beam 5 ...
 
 Everything else is fairseq's translation task (same options, data and dictionaries; fairseq-interactive too). Each
-model is switched over when it is built (``modules/shared_memory.py``; weights and checkpoint unchanged) and gives
+model is switched over when it is built (``search/shared_memory.py``; weights and checkpoint unchanged) and gives
 the same hypotheses and scores as ``--task translation``. A model that is not fairseq's own transformer is refused
 with one line and exit status 1 when it is loaded, before any decoding.
 """
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
-from ..modules.shared_memory import share_encoder_memory
+from .shared_memory import share_encoder_memory
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ scores (tests/unit/test_fixed_shape_search.py), written so that a step has no ho
   finished is read every ``stop_every`` steps;
 * finished hypotheses go to preallocated tensors, a candidate that is not taken to a spare slot;
 * the decoder self-attention keys and values sit in buffers preallocated to the maximum length
-  (``modules/static_cache.py``); the beams of a sentence stay in its rows, so the encoder output, the
+  (``search/static_cache.py``); the beams of a sentence stay in its rows, so the encoder output, the
   encoder-decoder keys and values and all other per-sentence state are never reordered (fairseq copies them at every
   step); only per-hypothesis state is;
 * every step-dependent quantity (the position written, the positional embedding, the min/max-length rules, the length
@@ -22,7 +22,7 @@ reads the whole buffers, masked after the step (the same shapes at every step). 
 CUDA graph once per shape (:class:`StepGraphs`) and replayed. The default, ``auto``, uses the graphs where they can
 run and fairseq's own search elsewhere (on the CPU; models whose state a graph cannot replay: state per hypothesis
 that is replaced rather than updated in place, such as coverage attention), the reason logged once (n-gram blocking
-runs inside the captured step: ``ngram_block.py``): without the graph a step of fixed shape only costs more, since it
+runs inside the captured step: ``patches/ngram_block.py``): without the graph a step of fixed shape only costs more, since it
 keeps computing the rows of finished sentences that fairseq's search drops (0.78x fairseq-generate on the CPU, a trained checkpoint:
 reports/2026-11-27-fixed-shape-search-cpu-trained).
 """
@@ -39,13 +39,13 @@ from fairseq.search import BeamSearch
 from fairseq.sequence_generator import SequenceGenerator
 from torch import Tensor
 
-from .models.l0drop_decoder import L0DropTransformerDecoder
-from .modules.attention_normalisers import NormalisedAttention
-from .modules.count_attention import CountAwareAttention
-from .modules.head_gates import HeadlessAttention
-from .modules.shared_memory import SharedMemoryAttention, TransformerEncoderBase
-from .ngram_block import block_repeated_ngrams
-from .modules.static_cache import StaticCacheSelfAttention, cacheable, static_self_attention, step_positions, \
+from ..models.l0drop_decoder import L0DropTransformerDecoder
+from ..modules.attention_normalisers import NormalisedAttention
+from ..modules.count_attention import CountAwareAttention
+from ..modules.head_gates import HeadlessAttention
+from .shared_memory import SharedMemoryAttention, TransformerEncoderBase
+from ..patches.ngram_block import block_repeated_ngrams
+from .static_cache import StaticCacheSelfAttention, cacheable, static_self_attention, step_positions, \
     why_no_step_positions
 
 logger = logging.getLogger(__name__)

@@ -35,7 +35,7 @@ from fairseq.modules import MultiheadAttention, TransformerDecoderLayer
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 from torch import Tensor
 
-from .beam_attention import add_beam_attention_option
+from ..modules.beam_attention import add_beam_attention_option
 
 MODELS = (TransformerModel, TransformerModelBase)  # every --arch transformer* preset; not subclasses (the plugin's)
 ENCODERS = (TransformerEncoder, TransformerEncoderBase)

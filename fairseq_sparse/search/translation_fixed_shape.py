@@ -1,5 +1,5 @@
 """The task ``translation_fixed_shape``: fairseq's translation task decoded by the fixed-shape beam search
-(``fairseq_sparse/fixed_shape_search.py``: rows never removed, finished hypotheses in preallocated tensors, stopping
+(``fairseq_sparse/search/fixed_shape_search.py``: rows never removed, finished hypotheses in preallocated tensors, stopping
 checked every few steps), for any model fairseq-generate decodes, stock ``transformer`` checkpoints and every
 architecture of this plugin alike:
 
@@ -16,7 +16,7 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from fairseq.dataclass import ChoiceEnum
 
-from ..fixed_shape_search import BEAM_REORDERS, STEP_FORMS, UNSUPPORTED, FixedShapeSequenceGenerator
+from .fixed_shape_search import BEAM_REORDERS, STEP_FORMS, UNSUPPORTED, FixedShapeSequenceGenerator
 
 NAME = "translation_fixed_shape"
 
