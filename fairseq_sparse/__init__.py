@@ -22,6 +22,6 @@ Bibliography (docstrings and ``--help`` texts cite these by authors and year):
 - Louizos, Welling & Kingma 2018: Learning Sparse Neural Networks through L0 Regularization (ICLR 2018).
   The HardConcrete distribution.
 """
-from . import checkpoint_safety  # noqa: F401  (first: fairseq tools may load checkpoints right after)
+from .patches import safe_globals  # noqa: F401  (first: fairseq tools may load checkpoints right after)
 from .patches import last_batch, ngram_block  # noqa: F401
-from . import criterions, models, modules, optim, search, tasks  # noqa: F401
+from . import checkpoint_safety, criterions, models, modules, optim, search, tasks  # noqa: F401

@@ -3,8 +3,8 @@ variable FAIRSEQ_SPARSE_PATCHES=none makes none, or a comma list names those to 
 
 - ``last_batch``: fairseq's ``batch_by_size`` keeps the last batch it drops (last_batch.py);
 - ``ngram_block``: ``--no-repeat-ngram-size`` blocks repeats on the CPU as fairseq's CUDA kernel does (ngram_block.py);
-- ``safe_globals``: torch's safe loader may read fairseq checkpoints everywhere (checkpoint_safety.py; the plugin's
-  own reads allow them either way).
+- ``safe_globals``: torch's safe loader may read fairseq checkpoints everywhere (safe_globals.py; the plugin's
+  own reads, checkpoint_safety.py, allow them either way).
 """
 import os
 
