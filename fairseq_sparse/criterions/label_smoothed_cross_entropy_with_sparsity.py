@@ -254,67 +254,50 @@ class LabelSmoothedCrossEntropyWithSparsityConfig(LabelSmoothedCrossEntropyCrite
     )
 
 
+def sparsity_controller(cfg, lambdas):
+    """The Lagrangian controller of CFG's target sparsities (None without one), after the checks of the start update,
+    the targets against the fixed LAMBDAS, the optimiser and the hold."""
+    start = cfg.sparsity_start_update
+    if not (isinstance(start, int) and start >= 0):
+        raise ValueError(f"--sparsity-start-update must be an update count >= 0, got {start}")
+    targets = parse_targets(cfg.l0drop_target_sparsity, cfg.head_gates_target_sparsity)
+    for key in targets:
+        group = "l0drop" if key == "l0drop" else "head_gates"
+        if lambdas[group] > 0:
+            raise ValueError(f"--{group.replace('_', '-')}-target-sparsity and --{group.replace('_', '-')}-lambda "
+                             f"{lambdas[group]} both set: the controller chooses the weight; drop the lambda")
+    if start and not targets and not any(v > 0 for v in lambdas.values()):
+        raise ValueError(f"--sparsity-start-update {start} holds back a sparsity pressure, and "
+                         "none is set (a target sparsity or a lambda > 0)")
+    check_target_optimizer(targets, cfg.optimizer)
+    controller = LagrangianController(targets, cfg.sparsity_target_warmup_updates,
+                                      cfg.sparsity_target_hold_updates) if targets else None
+    if cfg.sparsity_target_hold_updates and not (controller and controller.stages() > 1):
+        raise ValueError("--sparsity-target-hold-updates is set but no target sparsity is a schedule "
+                         "(e.g. --l0drop-target-sparsity 0.2,0.4,0.6)")
+    return controller
+
+
 @register_criterion("label_smoothed_cross_entropy_with_sparsity", dataclass=LabelSmoothedCrossEntropyWithSparsityConfig)
 class LabelSmoothedCrossEntropyWithSparsity(LabelSmoothedCrossEntropyCriterion):
-    def __init__(
-        self,
-        task,
-        sentence_avg,
-        label_smoothing,
-        ignore_prefix_size=0,
-        report_accuracy=False,
-        l0drop_lambda=0.0,
-        head_gates_lambda=0.0,
-        sparsity_warmup_updates=0,
-        sparsity_start_update=0,
-        attention_reg="none",
-        attention_reg_lambda=0.0,
-        attention_reg_layers=DEFAULT_LAYERS,
-        attention_reg_heads=DEFAULT_HEADS,
-        l0drop_target_sparsity=None,
-        head_gates_target_sparsity=None,
-        sparsity_target_warmup_updates=DEFAULT_TARGET_WARMUP,
-        sparsity_target_hold_updates=0,
-        save_interval_updates=0,
-        no_epoch_checkpoints=False,
-        max_update=0,
-        distill_teacher=None,
-        distill_weight=None,
-        distill_temperature=None,
-        optimizer=None,
-        bf16=False,
-    ):
-        super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy)
-        check_precision(bf16)
-        self.distill = distillation_settings(distill_teacher, distill_weight, distill_temperature)
-        self.lambdas = {"l0drop": l0drop_lambda, "head_gates": head_gates_lambda, "attention_reg": attention_reg_lambda}
-        check_lambdas(self.lambdas, sparsity_warmup_updates)
-        attention_reg = str(attention_reg)  # ChoiceEnum members compare equal to their names
-        check_attention_reg(attention_reg, attention_reg_lambda, str(attention_reg_heads))
-        self.attention_reg = {"kind": attention_reg, "layers": parse_layers(str(attention_reg_layers)),
-                              "heads": str(attention_reg_heads)}
-        self.warmup_updates = sparsity_warmup_updates
-        if not (isinstance(sparsity_start_update, int) and sparsity_start_update >= 0):
-            raise ValueError(f"--sparsity-start-update must be an update count >= 0, got {sparsity_start_update}")
-        self.start_update = sparsity_start_update
-        targets = parse_targets(l0drop_target_sparsity, head_gates_target_sparsity)
-        for key in targets:
-            group = "l0drop" if key == "l0drop" else "head_gates"
-            if self.lambdas[group] > 0:
-                raise ValueError(f"--{group.replace('_', '-')}-target-sparsity and --{group.replace('_', '-')}-lambda "
-                                 f"{self.lambdas[group]} both set: the controller chooses the weight; drop the lambda")
-        if sparsity_start_update and not targets and not any(v > 0 for v in self.lambdas.values()):
-            raise ValueError(f"--sparsity-start-update {sparsity_start_update} holds back a sparsity pressure, and "
-                             "none is set (a target sparsity or a lambda > 0)")
-        check_target_optimizer(targets, optimizer)
-        self.controller = LagrangianController(targets, sparsity_target_warmup_updates,
-                                               sparsity_target_hold_updates) if targets else None
-        if sparsity_target_hold_updates and not (self.controller and self.controller.stages() > 1):
-            raise ValueError("--sparsity-target-hold-updates is set but no target sparsity is a schedule "
-                             "(e.g. --l0drop-target-sparsity 0.2,0.4,0.6)")
-        self.steering = SparsitySteering(self.controller, (save_interval_updates, max_update, no_epoch_checkpoints))
+    def __init__(self, cfg: LabelSmoothedCrossEntropyWithSparsityConfig, task):
+        super().__init__(task, cfg.sentence_avg, cfg.label_smoothing, cfg.ignore_prefix_size, cfg.report_accuracy)
+        check_precision(cfg.bf16)
+        self.distill = distillation_settings(cfg.distill_teacher, cfg.distill_weight, cfg.distill_temperature)
+        self.lambdas = {"l0drop": cfg.l0drop_lambda, "head_gates": cfg.head_gates_lambda,
+                        "attention_reg": cfg.attention_reg_lambda}
+        check_lambdas(self.lambdas, cfg.sparsity_warmup_updates)
+        attention_reg = str(cfg.attention_reg)  # ChoiceEnum members compare equal to their names
+        check_attention_reg(attention_reg, cfg.attention_reg_lambda, str(cfg.attention_reg_heads))
+        self.attention_reg = {"kind": attention_reg, "layers": parse_layers(str(cfg.attention_reg_layers)),
+                              "heads": str(cfg.attention_reg_heads)}
+        self.warmup_updates = cfg.sparsity_warmup_updates
+        self.start_update = cfg.sparsity_start_update
+        self.controller = sparsity_controller(cfg, self.lambdas)
+        self.steering = SparsitySteering(self.controller, (cfg.save_interval_updates, cfg.max_update,
+                                                           cfg.no_epoch_checkpoints))
         self._checked_model = False
-        self.teacher = load_teacher(distill_teacher, task) if distill_teacher else None
+        self.teacher = load_teacher(cfg.distill_teacher, task) if cfg.distill_teacher else None
         check_model_before_training(self, task)
 
     def check_model(self, model):

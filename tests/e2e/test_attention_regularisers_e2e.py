@@ -30,6 +30,7 @@ from fairseq_sparse.criterions.label_smoothed_cross_entropy_with_sparsity import
     SparsityConfigError,
 )
 from fairseq_sparse.modules.attention_regularisers import ATTACHED_NAME, AttentionRegulariser, attach_attention_regulariser, find_attention_regularisers
+from helpers.criterion import sparsity_criterion
 
 LAMBDA = 0.01  # paper 002's value
 
@@ -156,7 +157,7 @@ def test_generation_unaffected(model_task):
 def test_loss_is_ce_plus_lambda_r_sample_size(model_task, kind, heads):
     model, task = model_task
     sample = sample_of(task, range(0, 30, 3))
-    crit = Criterion(task, False, 0.1, attention_reg=kind, attention_reg_lambda=LAMBDA, attention_reg_heads=heads)
+    crit = sparsity_criterion(task, False, 0.1, attention_reg=kind, attention_reg_lambda=LAMBDA, attention_reg_heads=heads)
     with torch.no_grad():
         loss, sample_size, log = crit(model, sample)
         r = regulariser_by_hand(reference_attention(model, sample), sample, kind, heads).item()
@@ -174,7 +175,7 @@ def test_sentence_avg_weights_the_regulariser_by_target_tokens(model_task):
     (Eq. 12), so that fairseq's division by sample_size does not divide lambda by the mean target length."""
     model, task = model_task
     sample = sample_of(task, range(0, 30, 3))
-    crit = Criterion(task, True, 0.1, attention_reg="entropy", attention_reg_lambda=LAMBDA)
+    crit = sparsity_criterion(task, True, 0.1, attention_reg="entropy", attention_reg_lambda=LAMBDA)
     with torch.no_grad():
         loss, sample_size, _ = crit(model, sample)
         r = regulariser_by_hand(reference_attention(model, sample), sample, "entropy").item()
@@ -192,7 +193,7 @@ def test_penalty_gradient(model_task):
     grads = []
     for lam in (LAMBDA, 0.0):
         model.zero_grad()
-        crit = Criterion(task, False, 0.1, attention_reg="entropy", attention_reg_lambda=lam)
+        crit = sparsity_criterion(task, False, 0.1, attention_reg="entropy", attention_reg_lambda=lam)
         crit(model, sample)[0].backward()
         grads.append(w.grad.clone())
     model.zero_grad()
@@ -206,7 +207,7 @@ def test_eval_reports_statistics_only(model_task):
     model, task = model_task
     model.eval()
     sample = sample_of(task, range(10))
-    crit = Criterion(task, False, 0.1, attention_reg="entropy", attention_reg_lambda=LAMBDA,
+    crit = sparsity_criterion(task, False, 0.1, attention_reg="entropy", attention_reg_lambda=LAMBDA,
                      attention_reg_layers="last")
     with torch.no_grad():
         loss, _, log = crit(model, sample)
@@ -222,7 +223,7 @@ def test_eval_reports_statistics_only(model_task):
 def test_statistics_reduce_to_ratio_of_sums(model_task):
     model, task = model_task
     model.eval()
-    crit = Criterion(task, False, 0.1)  # --attention-reg none: statistics all the same
+    crit = sparsity_criterion(task, False, 0.1)  # --attention-reg none: statistics all the same
     logs, ent_sum, tokens = [], 0.0, 0
     for idx in (range(0, 3), range(3, 30)):
         sample = sample_of(task, idx)
@@ -252,7 +253,7 @@ def test_wrapped_model(model_task):
 
     wrapped = ModuleProxyWrapper(FakeDDP(model))
     sample = sample_of(task, range(5))
-    crit = Criterion(task, False, 0.1, attention_reg="linf", attention_reg_lambda=LAMBDA)
+    crit = sparsity_criterion(task, False, 0.1, attention_reg="linf", attention_reg_lambda=LAMBDA)
     with torch.no_grad():
         loss, size, log = crit(wrapped, sample)
         r = regulariser_by_hand(reference_attention(model, sample), sample, "linf").item()
@@ -284,7 +285,7 @@ def test_l0drop_compressed_memory_statistics_match_uncompressed(stock):
         proj.weight.normal_()
         xw = (x @ proj.weight.view(-1)).t()[~pad]
         proj.bias.fill_(-math.log(11) - torch.quantile(xw, 0.5).item())
-    crit = Criterion(task, False, 0.1, attention_reg_layers="all")
+    crit = sparsity_criterion(task, False, 0.1, attention_reg_layers="all")
     stats = {}
     for pruned in (True, False):
         model.encoder.pruned_decoding = pruned
@@ -304,12 +305,12 @@ def test_l0drop_compressed_memory_statistics_match_uncompressed(stock):
 def test_bad_options(model_task):
     model, task = model_task
     with pytest.raises(ValueError, match="--attention-reg-lambda must be >= 0"):
-        Criterion(task, False, 0.1, attention_reg="entropy", attention_reg_lambda=-0.01)
+        sparsity_criterion(task, False, 0.1, attention_reg="entropy", attention_reg_lambda=-0.01)
     with pytest.raises(ValueError, match="--attention-reg is 'none'"):
-        Criterion(task, False, 0.1, attention_reg_lambda=0.01)
+        sparsity_criterion(task, False, 0.1, attention_reg_lambda=0.01)
     with pytest.raises(ValueError, match="attention-reg-layers"):
-        Criterion(task, False, 0.1, attention_reg="entropy", attention_reg_layers="top")
-    crit = Criterion(task, False, 0.1, attention_reg="entropy", attention_reg_lambda=0.01, attention_reg_layers="0,3")
+        sparsity_criterion(task, False, 0.1, attention_reg="entropy", attention_reg_layers="top")
+    crit = sparsity_criterion(task, False, 0.1, attention_reg="entropy", attention_reg_lambda=0.01, attention_reg_layers="0,3")
     with pytest.raises(SparsityConfigError, match=r"decoder layers \[3\]"):
         crit(model, sample_of(task, range(2)))
     parser = argparse.ArgumentParser()

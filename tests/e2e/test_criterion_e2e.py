@@ -15,6 +15,7 @@ from fairseq_sparse.criterions.label_smoothed_cross_entropy_with_sparsity import
     LabelSmoothedCrossEntropyWithSparsity as Criterion,
     SparsityConfigError,
 )
+from helpers.criterion import sparsity_criterion
 
 LAMBDA = 0.3
 LN11 = math.log(11.0)
@@ -99,7 +100,7 @@ def ce_loss(model, task, sample, sentence_avg=False):
 def test_loss_adds_lambda_penalty_sample_size(l0, sentence_avg):
     model, task = l0
     sample = sample_of(task, range(0, 40, 3))
-    crit = Criterion(task, sentence_avg, 0.1, l0drop_lambda=LAMBDA)
+    crit = sparsity_criterion(task, sentence_avg, 0.1, l0drop_lambda=LAMBDA)
     with training(model), torch.no_grad():
         torch.manual_seed(0)
         loss, sample_size, log = crit(model, sample)
@@ -128,7 +129,7 @@ def test_valid_loss_is_the_cross_entropy(l0):
     model, task = l0
     sample = sample_of(task, range(0, 40, 3))
     with torch.no_grad():
-        loss, _, log = Criterion(task, False, 0.1, l0drop_lambda=LAMBDA)(model, sample)
+        loss, _, log = sparsity_criterion(task, False, 0.1, l0drop_lambda=LAMBDA)(model, sample)
     assert loss.item() == pytest.approx(ce_loss(model, task, sample)[0], rel=1e-6)
     assert "sparsity/l0drop_penalty" not in log and "sparsity/l0drop_lambda" not in log
     _, _, pruned, tokens = penalty_by_hand(model, sample)
@@ -145,7 +146,7 @@ def test_penalty_gradient(l0):
         model.zero_grad()
         with training(model):
             torch.manual_seed(0)
-            loss, _, _ = Criterion(task, False, 0.1, l0drop_lambda=lam)(model, sample)
+            loss, _, _ = sparsity_criterion(task, False, 0.1, l0drop_lambda=lam)(model, sample)
         loss.backward()
         grads.append(bias.grad.item())
     model.zero_grad()
@@ -160,7 +161,7 @@ def test_penalty_gradient(l0):
 def test_lambda_warmup_is_linear(l0):
     model, task = l0
     sample = sample_of(task, range(2, 20, 2))
-    crit = Criterion(task, False, 0.1, l0drop_lambda=LAMBDA, sparsity_warmup_updates=100)
+    crit = sparsity_criterion(task, False, 0.1, l0drop_lambda=LAMBDA, sparsity_warmup_updates=100)
     with training(model):
         torch.manual_seed(0)
         ce, size = ce_loss(model, task, sample)
@@ -181,9 +182,9 @@ def test_lambda_warmup_is_linear(l0):
 def test_negative_settings_raise(l0):
     _, task = l0
     with pytest.raises(ValueError, match="lambda"):
-        Criterion(task, False, 0.1, l0drop_lambda=-0.1)
+        sparsity_criterion(task, False, 0.1, l0drop_lambda=-0.1)
     with pytest.raises(ValueError, match="warmup"):
-        Criterion(task, False, 0.1, l0drop_lambda=0.1, sparsity_warmup_updates=-5)
+        sparsity_criterion(task, False, 0.1, l0drop_lambda=0.1, sparsity_warmup_updates=-5)
 
 
 def test_lambda_without_l0drop_module_raises(stock_transformer_ckpt, corpus):
@@ -191,13 +192,13 @@ def test_lambda_without_l0drop_module_raises(stock_transformer_ckpt, corpus):
     assert type(model).__name__ == "TransformerModel"
     sample = sample_of(task, range(5))
     with pytest.raises(ValueError) as err:
-        Criterion(task, False, 0.1, l0drop_lambda=0.2)(model, sample)
+        sparsity_criterion(task, False, 0.1, l0drop_lambda=0.2)(model, sample)
     msg = str(err.value)
     assert "l0drop-lambda" in msg and "(transformer)" in msg and "transformer_l0drop" in msg
     # lambda 0 with a stock model is plain label-smoothed CE
     model.eval()
     with torch.no_grad():
-        loss, _, log = Criterion(task, False, 0.1, l0drop_lambda=0.0)(model, sample)
+        loss, _, log = sparsity_criterion(task, False, 0.1, l0drop_lambda=0.0)(model, sample)
     assert loss.item() == pytest.approx(ce_loss(model, task, sample)[0], rel=1e-6)
     # no penalty terms; only the attention statistics the criterion always logs (attn_entropy, attn_max)
     assert not any(k.startswith("sparsity/") and not k.startswith("sparsity/attn_") for k in log)
@@ -208,17 +209,17 @@ def test_lambda_without_module_raises_before_the_first_batch(stock_transformer_c
     """fairseq-train calls task.begin_epoch(epoch, model) before it reads the first batch: the criterion's
     model check runs there, so the error comes before the batch-prefetch thread starts."""
     model, task = load(stock_transformer_ckpt, corpus["bin"])
-    crit = Criterion(task, False, 0.1, head_gates_lambda=0.2)
+    crit = sparsity_criterion(task, False, 0.1, head_gates_lambda=0.2)
     with pytest.raises(SparsityConfigError, match="--head-gates-lambda 0.2 is set but the model"):
         task.begin_epoch(1, model)
-    ok = Criterion(task, False, 0.1)
+    ok = sparsity_criterion(task, False, 0.1)
     task.begin_epoch(1, model)  # the latest criterion checks the model; the stock task hook still runs
     assert ok._checked_model and not crit._checked_model
 
 
 def test_reduce_metrics_from_real_batches(l0):
     model, task = l0
-    crit = Criterion(task, False, 0.1, l0drop_lambda=LAMBDA)
+    crit = sparsity_criterion(task, False, 0.1, l0drop_lambda=LAMBDA)
     logs, pruned, tokens = [], 0, 0
     for idx in (range(0, 6), range(6, 30)):
         sample = sample_of(task, idx)

@@ -81,6 +81,7 @@ def test_criterion_weights_the_head_gate_penalty_and_logs_totals_per_type(stock)
     from fairseq_sparse.criterions.label_smoothed_cross_entropy_with_sparsity import (
         LabelSmoothedCrossEntropyWithSparsity as Criterion,
     )
+    from helpers.criterion import sparsity_criterion
 
     model, task = stock
     model = copy.deepcopy(model)
@@ -91,7 +92,7 @@ def test_criterion_weights_the_head_gate_penalty_and_logs_totals_per_type(stock)
         la = torch.tensor([-8.0, -1.0, 0.5, 4.0]).roll(i)
         attention_modules(model)[key].head_gates.log_alpha.data.copy_(la)
         log_alphas[key] = la
-    crit = Criterion(task, False, 0.1, head_gates_lambda=0.2)
+    crit = sparsity_criterion(task, False, 0.1, head_gates_lambda=0.2)
     model.train()
     for m in model.modules():  # no dropout: the only randomness left is the gate sample
         if hasattr(m, "p") and isinstance(m.p, float):
@@ -103,7 +104,7 @@ def test_criterion_weights_the_head_gate_penalty_and_logs_totals_per_type(stock)
     assert float(log["sparsity/head_gates_penalty"]) == pytest.approx(p_open, rel=1e-5)
     # the loss is CE (same gate sample: same seed) + lambda * L_C * sample_size
     torch.manual_seed(3)
-    ce, _, _ = Criterion(task, False, 0.1)(model, sample)
+    ce, _, _ = sparsity_criterion(task, False, 0.1)(model, sample)
     assert float((loss - ce).detach()) == pytest.approx(0.2 * p_open * sample_size, rel=1e-4)
     penalty, _ = crit.compute_sparsity_loss(model)  # the terms were consumed: nothing left to add
     assert float(penalty) == 0.0
@@ -115,4 +116,4 @@ def test_criterion_weights_the_head_gate_penalty_and_logs_totals_per_type(stock)
     assert agg.get_smoothed_values()["heads_open_expected_encdec"] == pytest.approx(exp_encdec, abs=1e-3)
     # a lambda for head gates on a model without them is a configuration error
     with pytest.raises(ValueError, match="has no head_gates"):
-        Criterion(task, False, 0.1, head_gates_lambda=0.2)(stock[0], sample)
+        sparsity_criterion(task, False, 0.1, head_gates_lambda=0.2)(stock[0], sample)

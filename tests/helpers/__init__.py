@@ -10,5 +10,6 @@ file: tests/unit/test_test_layout.py). tests/ is on sys.path (pytest puts tests/
 * head_gates: head-gate flags, fairseq-sparse-prune-heads, mixed head gates;
 * optim: adam_sparsity's settings and log line;
 * analysis: head-analysis thresholds, gold alignment files, the tools' TSV output;
-* recipe: fairseq-sparse-recipe's command, tiny settings and a run.
+* recipe: fairseq-sparse-recipe's command, tiny settings and a run;
+* criterion: label_smoothed_cross_entropy_with_sparsity built from its config, with options as keywords.
 """

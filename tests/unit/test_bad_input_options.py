@@ -11,10 +11,9 @@ from conftest import USER_DIR
 
 
 def criterion(**kwargs):
-    from fairseq_sparse.criterions.label_smoothed_cross_entropy_with_sparsity import (
-        LabelSmoothedCrossEntropyWithSparsity)
+    from helpers.criterion import sparsity_criterion
 
-    return LabelSmoothedCrossEntropyWithSparsity(None, False, 0.1, **kwargs)
+    return sparsity_criterion(None, False, 0.1, **kwargs)
 
 
 # ------------------------------------------------------------------------------------------------

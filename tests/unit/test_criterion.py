@@ -10,6 +10,7 @@ from fairseq.criterions import CRITERION_REGISTRY
 
 import fairseq_sparse  # noqa: F401
 from fairseq_sparse.criterions.label_smoothed_cross_entropy_with_sparsity import LabelSmoothedCrossEntropyWithSparsity as Criterion
+from helpers.criterion import sparsity_criterion
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
@@ -17,7 +18,7 @@ from fairseq_sparse.criterions.label_smoothed_cross_entropy_with_sparsity import
 def test_non_finite_lambda_raises(group, value):
     extra = {"attention_reg": "entropy"} if group == "attention_reg" else {}
     with pytest.raises(ValueError, match=f"--{group.replace('_', '-')}-lambda must be a finite number, got"):
-        Criterion(None, False, 0.1, **{f"{group}_lambda": value}, **extra)
+        sparsity_criterion(None, False, 0.1, **{f"{group}_lambda": value}, **extra)
 
 
 def test_registered():

@@ -8,7 +8,6 @@ import torch
 
 import fairseq_sparse  # noqa: F401
 from fairseq_sparse.criterions.label_smoothed_cross_entropy_with_sparsity import (
-    LabelSmoothedCrossEntropyWithSparsity as Criterion,
     SparsityConfigError,
     parse_targets,
 )
@@ -16,6 +15,7 @@ from fairseq_sparse.modules.hard_concrete import HardConcrete
 from fairseq_sparse.modules.head_gates import HeadGates
 from fairseq_sparse.modules.sparsity import collect_sparsity_terms
 from fairseq_sparse.modules.sparsity_control import LAMBDA1_SCALE, LagrangianController, straight_through
+from helpers.criterion import sparsity_criterion
 
 
 def test_target_rises_linearly_then_holds():
@@ -134,7 +134,7 @@ class _Task:
 
 
 def criterion(**kw):
-    return Criterion(_Task(), False, 0.1, **kw)
+    return sparsity_criterion(_Task(), False, 0.1, **kw)
 
 
 def test_target_with_fixed_lambda_refused():

@@ -132,14 +132,13 @@ def test_no_pressure_before_the_start_update_then_the_ramp_counts_from_it():
     """--sparsity-start-update: no penalty and no controller before it; the lambda's ramp starts there."""
     import torch
 
-    from fairseq_sparse.criterions.label_smoothed_cross_entropy_with_sparsity import (
-        LabelSmoothedCrossEntropyWithSparsity as Criterion)
+    from helpers.criterion import sparsity_criterion
     from helpers.models import build_l0drop_model, mixed_length_batch
 
     model, _ = build_l0drop_model()
     model.train()
     src, lengths = mixed_length_batch()
-    c = Criterion(None, False, 0.1, l0drop_lambda=0.4, sparsity_warmup_updates=100, sparsity_start_update=500)
+    c = sparsity_criterion(None, False, 0.1, l0drop_lambda=0.4, sparsity_warmup_updates=100, sparsity_start_update=500)
 
     def penalty_at(updates):
         model.set_num_updates(updates)
@@ -153,9 +152,9 @@ def test_no_pressure_before_the_start_update_then_the_ramp_counts_from_it():
     assert log["sparsity/l0drop_lambda"] == pytest.approx(0.2)  # 50 of the 100-update ramp, from update 500
     assert half == pytest.approx(0.2 * float(log["sparsity/l0drop_penalty"]))
     with pytest.raises(ValueError, match="--sparsity-start-update 500 holds back a sparsity pressure, and none"):
-        Criterion(None, False, 0.1, sparsity_start_update=500)
+        sparsity_criterion(None, False, 0.1, sparsity_start_update=500)
     with pytest.raises(ValueError, match="--sparsity-start-update must be an update count >= 0"):
-        Criterion(None, False, 0.1, l0drop_lambda=0.4, sparsity_start_update=-1)
+        sparsity_criterion(None, False, 0.1, l0drop_lambda=0.4, sparsity_start_update=-1)
 
 
 def test_a_continued_start_keeps_adams_state_and_counts_updates_from_zero():
