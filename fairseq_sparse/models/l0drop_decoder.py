@@ -23,6 +23,8 @@ class L0DropTransformerDecoder(SublayerTransformerDecoder):
     weights mapped back to the original source positions for --print-alignment / --replace-unk."""
 
     layer_cls = CountAwareDecoderLayer
+    #: its own incremental state (the attention map) is per sentence: the fixed-shape search leaves it in place
+    fixed_shape_sentence_state = True
 
     def extract_features(self, prev_output_tokens: Tensor, encoder_out: Optional[Dict[str, List[Tensor]]] = None,
                          incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,

@@ -182,6 +182,9 @@ class NormalisedAttention(CountAwareAttention):
     logit + log c); the models refuse that combination at build time.
     """
 
+    #: as CountAwareAttention's: the fixed-shape search leaves its state (the sentence's memory) in place
+    fixed_shape_sentence_memory = True
+
     def __init__(self, *args, normaliser: str = "temperature", temperature: float = 1.0, **kwargs):
         super().__init__(*args, **kwargs)
         if normaliser not in NORMALISERS:

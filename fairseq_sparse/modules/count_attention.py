@@ -23,6 +23,9 @@ class CountAwareAttention(MultiheadAttention):
       Full-sequence passes (training, validation, scoring) have one row per sentence.
     """
 
+    #: the fixed-shape search leaves its incremental state (the sentence's memory) in the sentence's rows
+    #: (search/fixed_shape_search.py); read from this class's own body: a subclass says it again, or is reordered
+    fixed_shape_sentence_memory = True
     log_count: Optional[Tensor]  # declared for TorchScript (the decoder sets it before each call)
     _call_bias: Optional[Tensor]
     #: fairseq's MultiheadAttention.forward, unchanged, callable from TorchScript (modules/scripting.py)

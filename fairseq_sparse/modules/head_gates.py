@@ -96,6 +96,9 @@ class HeadGates(SparsityModule):
 class HeadlessAttention(MultiheadAttention):
     """An attention layer whose heads were all pruned: Concat() W^O + b = b for every position."""
 
+    #: no incremental state: the fixed-shape search (search/fixed_shape_search.py) has nothing of it to reorder
+    fixed_shape_sentence_state = True
+
     def forward(self, query: Tensor, key: Optional[Tensor] = None, value: Optional[Tensor] = None,
                 key_padding_mask: Optional[Tensor] = None,
                 incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,

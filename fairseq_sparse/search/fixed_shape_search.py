@@ -39,9 +39,6 @@ from fairseq.search import BeamSearch
 from fairseq.sequence_generator import SequenceGenerator
 from torch import Tensor
 
-from ..models.l0drop_decoder import L0DropTransformerDecoder
-from ..modules.attention_normalisers import NormalisedAttention
-from ..modules.count_attention import CountAwareAttention
 from ..modules.head_gates import HeadlessAttention
 from .shared_memory import SharedMemoryAttention, TransformerEncoderBase
 from ..patches.ngram_block import block_repeated_ngrams
@@ -60,22 +57,26 @@ STEP_FORMS = ("auto", "prefix", "fixed")
 #: fairseq does), or left where they were written and read through an ancestry table (StaticCacheSelfAttention)
 BEAM_REORDERS = ("copy", "indirect")
 
-#: encoder-decoder attention whose incremental state is the sentence's memory only (keys, values, padding mask, log
-#: counts): the same in every beam of the sentence, so never reordered here. Exact types: a subclass may add state
-#: per hypothesis (CoverageAttention does), and is reordered as fairseq reorders it.
-STATIC_MEMORY_ATTENTION = (MultiheadAttention, CountAwareAttention, NormalisedAttention, SharedMemoryAttention)
-#: decoders whose own incremental state is per sentence (L0Drop's attention map)
-SENTENCE_STATE_DECODERS = (L0DropTransformerDecoder,)
+def keeps_sentence_memory(attention) -> bool:
+    """Whether an encoder-decoder attention's incremental state is the sentence's memory only (keys, values, padding
+    mask, log counts): the same in every beam of the sentence, so never reordered here. fairseq's MultiheadAttention,
+    and a class that says so in its own body (``fixed_shape_sentence_memory = True``): a subclass may add state per
+    hypothesis (CoverageAttention does), and is reordered as fairseq reorders it unless it says so itself."""
+    cls = type(attention)
+    return attention.encoder_decoder_attention and (
+        cls is MultiheadAttention or vars(cls).get("fixed_shape_sentence_memory", False))
 
 
 def moves_with_the_beam(module) -> bool:
     """Whether a decoder module has incremental state per hypothesis, which must follow the beams as they reorder
     (fairseq reorders every module's state; here rows never leave, so per-sentence state stays where it is, and a
-    module with no state, a headless layer or a decoder with fairseq's no-op, is left out)."""
-    if isinstance(module, SENTENCE_STATE_DECODERS + (HeadlessAttention,)):
+    module with no state, a headless layer or a decoder with fairseq's no-op, is left out). A module whose class (or
+    a base) sets ``fixed_shape_sentence_state = True`` keeps none per hypothesis (L0Drop's decoder, a headless
+    layer)."""
+    if getattr(module, "fixed_shape_sentence_state", False):
         return False
     if isinstance(module, MultiheadAttention):
-        return not (type(module) in STATIC_MEMORY_ATTENTION and module.encoder_decoder_attention)
+        return not keeps_sentence_memory(module)
     reorder = getattr(type(module), "reorder_incremental_state", None)
     return reorder is not None and reorder is not FairseqIncrementalDecoder.reorder_incremental_state
 

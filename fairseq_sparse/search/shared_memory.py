@@ -48,6 +48,9 @@ class SharedMemoryAttention(MultiheadAttention):
     keys, values and padding mask, in fairseq's own cache format) has one row per sentence, read by the
     ``hypotheses`` query rows of that sentence (set at the first step from query rows / memory rows)."""
 
+    #: the fixed-shape search leaves its incremental state (the sentence's memory) in the sentence's rows
+    #: (search/fixed_shape_search.py); read from this class's own body: a subclass says it again, or is reordered
+    fixed_shape_sentence_memory = True
     hypotheses: int = 1
 
     def forward(self, query: Tensor, key: Optional[Tensor], value: Optional[Tensor],

@@ -10,8 +10,13 @@ import torch
 
 from fairseq.modules import MultiheadAttention
 
-from fairseq_sparse.search.fixed_shape_search import FixedShapeSequenceGenerator, StaticCacheSelfAttention, StepGraphs
-from fairseq_sparse.modules.head_gates import attention_modules, prune_heads
+from fairseq_sparse.modules.attention_normalisers import NormalisedAttention
+from fairseq_sparse.modules.count_attention import CountAwareAttention
+from fairseq_sparse.modules.coverage_attention import CoverageAttention
+from fairseq_sparse.modules.head_gates import HeadlessAttention, attention_modules, prune_heads
+from fairseq_sparse.search.fixed_shape_search import (FixedShapeSequenceGenerator, StaticCacheSelfAttention, StepGraphs,
+                                                      moves_with_the_beam)
+from fairseq_sparse.search.shared_memory import SharedMemoryAttention
 from fairseq_sparse.search.translation_fixed_shape import TranslationFixedShapeConfig, TranslationFixedShapeTask
 from helpers.models import build, eager_graphs_class, gated, generation_args, sources
 
@@ -484,3 +489,40 @@ def test_the_fp16_length_penalty_divides_as_fairseq_does():
         assert torch.equal(b.fin_score[:, 0], want), step
         differ += int((scores / torch.tensor((step + 1) ** 0.6).half()).ne(want).sum())
     assert differ > 0  # the half divisor (the old code) would have differed
+
+
+@pytest.mark.parametrize("cls, moves", [(MultiheadAttention, False), (CountAwareAttention, False),
+                                        (NormalisedAttention, False), (SharedMemoryAttention, False),
+                                        (HeadlessAttention, False), (CoverageAttention, True)],
+                         ids=lambda c: getattr(c, "__name__", str(c)))
+def test_the_attention_classes_say_what_the_search_leaves_in_place(cls, moves):
+    """Encoder-decoder attention whose state is the sentence's memory stays in the sentence's rows; a self-attention
+    (state per hypothesis) moves with the beams, but for a headless layer, which has none."""
+    for encoder_decoder in (True, False):
+        attention = MultiheadAttention(8, 2, self_attention=not encoder_decoder,
+                                       encoder_decoder_attention=encoder_decoder)
+        attention.__class__ = cls
+        want = moves if encoder_decoder else cls is not HeadlessAttention
+        assert moves_with_the_beam(attention) == want, encoder_decoder
+
+
+class UndeclaredAttention(MultiheadAttention):
+    """An encoder-decoder attention that does not say its state is the sentence's memory."""
+
+
+@pytest.mark.parametrize("what", ["encoder-decoder attention", "decoder"])
+def test_a_class_that_does_not_declare_its_state_per_sentence_is_refused_in_one_line(what, monkeypatch):
+    """The search leaves in place only the state of a class that says it is per sentence
+    (``fixed_shape_sentence_memory``, ``fixed_shape_sentence_state``): any other has state per hypothesis, which a
+    step of fixed shape refuses as it refuses coverage attention's."""
+    from fairseq_sparse.models.l0drop_decoder import L0DropTransformerDecoder
+
+    model, d = build("transformer_l0drop")
+    if what == "decoder":
+        monkeypatch.delattr(L0DropTransformerDecoder, "fixed_shape_sentence_state")
+        name = "L0DropTransformerDecoder"
+    else:
+        model.decoder.layers[0].encoder_attn.__class__ = UndeclaredAttention
+        name = "UndeclaredAttention"
+    with pytest.raises(ValueError, match=f"steps of fixed shape: {name} keeps state per hypothesis that a step"):
+        decode(model, d, sources(d), ["--beam", "4"], fixed=True, step_form="fixed")
