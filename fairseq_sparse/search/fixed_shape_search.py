@@ -26,12 +26,16 @@ runs inside the captured step: ``patches/ngram_block.py``): without the graph a 
 keeps computing the rows of finished sentences that fairseq's search drops (0.78x fairseq-generate on the CPU, a trained checkpoint:
 reports/2026-11-27-fixed-shape-search-cpu-trained).
 """
+import functools
+import hashlib
+import inspect
 import logging
 import math
 from collections import OrderedDict
 from contextlib import ExitStack, contextmanager
 from typing import Dict, List, Optional, Tuple
 
+import fairseq
 import torch
 from fairseq.models import FairseqIncrementalDecoder
 from fairseq.modules import MultiheadAttention
@@ -56,6 +60,33 @@ STEP_FORMS = ("auto", "prefix", "fixed")
 #: how the self-attention keys and values follow the beams in steps of fixed shape: copied to the new order (as
 #: fairseq does), or left where they were written and read through an ancestry table (StaticCacheSelfAttention)
 BEAM_REORDERS = ("copy", "indirect")
+#: the fairseq whose beam search this one copies (fairseq-fixed's release), and the SHA-256 of the source of its
+#: ``SequenceGenerator._generate`` there
+FAIRSEQ_VERSION = "0.12.3.1"
+FAIRSEQ_GENERATE_SHA256 = "6e998be71a44f7677f3de54a6d892bb11d1e65e23b548de6ce4d732a4ff401db"
+
+
+@functools.lru_cache(maxsize=None)
+def installed_generate_sha256() -> Optional[str]:
+    """SHA-256 of the source of the installed fairseq's ``SequenceGenerator._generate``; None where it cannot be
+    read (no source files installed)."""
+    try:
+        return hashlib.sha256(inspect.getsource(SequenceGenerator._generate).encode()).hexdigest()
+    except (OSError, TypeError):
+        return None
+
+
+def check_fairseq():
+    """ValueError naming the versions unless the installed fairseq's beam search is the one this search copies (its
+    source hash; its version where the source cannot be read)."""
+    found = installed_generate_sha256()
+    if found == FAIRSEQ_GENERATE_SHA256 or (found is None and fairseq.__version__ == FAIRSEQ_VERSION):
+        return
+    raise ValueError(f"the fixed-shape search copies the beam search (SequenceGenerator._generate) of fairseq "
+                     f"{FAIRSEQ_VERSION}; the installed fairseq {fairseq.__version__} has another one, so its "
+                     f"hypotheses could differ from fairseq's: install fairseq-fixed=={FAIRSEQ_VERSION}, or decode "
+                     "with --task translation")
+
 
 def keeps_sentence_memory(attention) -> bool:
     """Whether an encoder-decoder attention's incremental state is the sentence's memory only (keys, values, padding
@@ -350,10 +381,16 @@ class FixedShapeSequenceGenerator(SequenceGenerator):
     result does not depend on it). ``step_form``: one of :data:`STEP_FORMS`. ``max_graphs``: CUDA graphs kept.
     ``source_bucket``: where steps are captured, sources (and L0Drop's compressed memories) are padded to a multiple
     of this many tokens, so that batches of nearby lengths share a graph (:func:`padded_to_bucket`,
-    :func:`memory_padded_to_bucket`). ``beam_reorder``: one of :data:`BEAM_REORDERS`."""
+    :func:`memory_padded_to_bucket`). ``beam_reorder``: one of :data:`BEAM_REORDERS`.
+
+    It copies the beam search of one fairseq, whose private ``SequenceGenerator._generate`` it overrides
+    (:data:`FAIRSEQ_VERSION`, and that method's source: :data:`FAIRSEQ_GENERATE_SHA256`). Built with another fairseq,
+    it refuses with a ValueError naming both versions (``--task translation_fixed_shape``: one line), rather than
+    decode other hypotheses than fairseq's without a word."""
 
     def __init__(self, *args, stop_every: int = 4, step_form: str = "auto", max_graphs: int = 4,
                  source_bucket: int = 16, beam_reorder: str = "copy", **kwargs):
+        check_fairseq()
         super().__init__(*args, **kwargs)
         if type(self.search) is not BeamSearch:
             raise ValueError(f"the fixed-shape search is beam search only ({UNSUPPORTED} are not supported)")

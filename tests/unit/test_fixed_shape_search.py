@@ -526,3 +526,36 @@ def test_a_class_that_does_not_declare_its_state_per_sentence_is_refused_in_one_
         name = "UndeclaredAttention"
     with pytest.raises(ValueError, match=f"steps of fixed shape: {name} keeps state per hypothesis that a step"):
         decode(model, d, sources(d), ["--beam", "4"], fixed=True, step_form="fixed")
+
+
+def test_the_installed_fairseq_is_the_one_whose_beam_search_the_search_copies():
+    """The search overrides fairseq's private SequenceGenerator._generate: another fairseq fails here. Then read its
+    _generate against the search (its _step and _finalise), and record the new version and source hash."""
+    import importlib.metadata
+
+    import fairseq
+
+    from fairseq_sparse.search import fixed_shape_search as search
+
+    assert (fairseq.__version__, importlib.metadata.version("fairseq-fixed")) == (search.FAIRSEQ_VERSION,) * 2
+    assert search.installed_generate_sha256() == search.FAIRSEQ_GENERATE_SHA256
+
+
+def test_another_fairseq_is_refused_when_the_search_is_built(monkeypatch):
+    """A fairseq whose _generate differs: the generator is not built (ValueError naming both versions; one line in a
+    console tool), rather than decode other hypotheses than fairseq's without a word."""
+    import re
+
+    import fairseq
+
+    from fairseq_sparse.search import fixed_shape_search as search
+
+    monkeypatch.setattr(search, "FAIRSEQ_GENERATE_SHA256", "0" * 64)
+    monkeypatch.setattr(search, "FAIRSEQ_VERSION", "0.12.2")
+    model, d = build("transformer")
+    with pytest.raises(ValueError, match=r"\(SequenceGenerator._generate\) of fairseq 0\.12\.2; the installed fairseq "
+                       + re.escape(fairseq.__version__) + " has another one"):
+        FixedShapeSequenceGenerator([model], d, beam_size=4)
+    with pytest.raises(SystemExit) as e:
+        TranslationFixedShapeTask(TranslationFixedShapeConfig(), d, d).build_generator([model], generation_args([]))
+    assert "\n" not in str(e.value) and str(e.value).startswith("error: --task translation_fixed_shape: the fixed-shape")
