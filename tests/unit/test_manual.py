@@ -49,3 +49,46 @@ def test_no_tracked_text_names_this_machines_paths_or_the_shared_folder():
             if pattern in text:
                 bad.append(f"{name}: {pattern}")
     assert bad == []
+
+
+def test_readmes_train_and_decode_commands_are_the_docs_use_sections():
+    """README's complete example is the one docs/l0drop.md and docs/head-gates-and-importance.md teach: every command
+    of it appears, as written, in one of their blocks (no second first command)."""
+    from helpers.manual import commands, read, section, train_and_decode
+
+    docs = commands(section(read("docs/l0drop.md"), "Use")) + commands(
+        section(read("docs/head-gates-and-importance.md"), "Head gates"))
+    readme = train_and_decode()
+    assert readme and [c for c in readme if c not in docs] == []
+    assert not any("..." in c for c in readme)  # complete commands, nothing elided
+
+
+def words(cell):
+    """The words a reader sees in a Markdown cell (a link counts as its label)."""
+    return re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", cell).replace("*", "").split()
+
+
+def test_readmes_status_cells_and_where_it_stands_stay_short():
+    """A status table with short cells (the protocol lives in the reports), a conditions line per group, and "where it
+    stands" in at most three sentences."""
+    from helpers.manual import read, section
+
+    import sys
+    sys.path.insert(0, os.path.join(REPO, "scripts"))
+    import status_table
+
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in status_table.table().splitlines()[2:]]
+    for cells in rows:
+        group = cells[0].startswith("**") and all(c.strip() == "" for c in cells[1:])
+        limit = 20 if group else 12
+        long = [c for c in cells if len(words(c)) > limit]
+        assert long == [], f"status cells over {limit} words: {long}"
+    assert sum(cells[0].startswith("**") for cells in rows) >= 3
+    prose = re.sub(r"^\|.*$", "", section(read(), "Where it stands"), flags=re.M)
+    sentences = [s for s in re.split(r"(?<=[.!?])\s+(?=[A-Z])", " ".join(prose.split()[3:])) if s.strip()]
+    assert len(sentences) <= 3, sentences
+
+
+def test_a_long_status_cell_is_caught():
+    assert len(words("**-0.38** BLEU ([report](reports/x/README.md))")) == 3
+    assert len(words(" ".join(["word"] * 13))) > 12

@@ -82,4 +82,4 @@ def test_every_measured_number_in_readmes_prose_is_in_a_linked_reports_json():
             assert any(abs(x - float(number)) <= half_digit or abs(100 * x - float(number)) <= half_digit
                        for x in values), f"README's {shown} is in no JSON of {folders}"
             checked += 1
-    assert checked >= 10  # the prose's L0Drop paragraph alone quotes more
+    assert checked >= 1  # "where it stands" quotes one at least (its length: tests/unit/test_manual.py)
