@@ -18,7 +18,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from fairseq_sparse.recipe.methods import BY_NAME  # noqa: E402
-from fairseq_sparse.recipe.studies import StudyError, against_controls, results_by_seed  # noqa: E402
+from studies import StudyError, against_controls, results_by_seed  # noqa: E402  (lab/studies.py, beside this file)
 
 
 def summarise(folder):

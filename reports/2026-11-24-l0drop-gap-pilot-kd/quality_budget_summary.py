@@ -19,7 +19,8 @@ import sys
 
 logging.getLogger("matplotlib").setLevel(logging.WARNING)  # before matplotlib is imported: its font cache logs
 from fairseq_sparse.analysis.plotting import line_plot  # noqa: E402
-from fairseq_sparse.recipe.studies import StudyError, budget_rows, means, read_results  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "lab"))
+from studies import StudyError, budget_rows, means, read_results  # noqa: E402  (lab/studies.py)
 
 RUN = re.compile(r"kd(?P<distill>[\d.]+)_seed(?P<seed>\d+)$")
 

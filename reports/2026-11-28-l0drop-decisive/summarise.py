@@ -16,7 +16,8 @@ import statistics
 import sys
 
 from fairseq_sparse.analysis.plotting import line_plot
-from fairseq_sparse.recipe.studies import budget_rows, means as studies_means
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "lab"))
+from studies import budget_rows, means as studies_means  # noqa: E402  (lab/studies.py)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

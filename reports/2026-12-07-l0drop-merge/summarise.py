@@ -16,7 +16,8 @@ import sys
 from fairseq_sparse.analysis import gap
 from fairseq_sparse.analysis.plotting import line_plot
 from fairseq_sparse.analysis.scores import paired_bootstrap
-from fairseq_sparse.recipe.studies import budget_rows, read_results
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "lab"))
+from studies import budget_rows, read_results  # noqa: E402  (lab/studies.py)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORK = re.compile(r"(.*?)s(\d+)")

@@ -1,13 +1,13 @@
 """A study over several recipe work dirs (seeds, data sizes, variants): each work dir's results.json (the report
 step's), every model against its equal-updates control, every budget point, and means over seeds. The one reader
-of recipe results that lab/study_summary.py and the report scripts share."""
+of recipe results that lab/study_summary.py and the report scripts share (importable with lab/ on sys.path)."""
 import glob
 import json
 import os
 import statistics
 from typing import Dict, Iterable, List, Optional, Sequence
 
-from .methods import CONTROL_OF
+from fairseq_sparse.recipe.methods import CONTROL_OF
 
 
 class StudyError(ValueError):

@@ -1,10 +1,15 @@
-"""fairseq_sparse.recipe.studies: the one reader of recipe results.json files over seeds (lab/study_summary.py and
+"""lab/studies.py: the one reader of recipe results.json files over seeds (lab/study_summary.py and
 the report scripts)."""
 import json
+import os
+import sys
 
 import pytest
 
-from fairseq_sparse.recipe import studies
+from conftest import REPO
+
+sys.path.insert(0, os.path.join(REPO, "lab"))
+import studies  # noqa: E402
 
 
 def results(seed, budget=None, models=None):
