@@ -55,17 +55,15 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "cuda: needs a CUDA device; skipped, with the reason, where torch sees none")
 
 
-# The costliest test files run first, the rest in collection order: scripts/test.sh hands out whole files to the
-# pytest-xdist workers in this order (--no-loadscope-reorder: pytest-xdist 3.x otherwise hands out the files
-# with the most tests first, and the end-to-end recipe, one test of 328 s of CPU time, went last and kept one worker
-# busy alone). A worker is handed its next file when two tests of its files are left: the end-to-end recipe (8 tests,
-# the first one long) takes test_cli (23 tests) on, the recipe variants (25) the GPU study's plumbing test (one test);
-# the GPU study right after the recipe sent it and test_cli to the same worker (566 of 1,350 s, 14 min 31 s). CPU
-# seconds per file, TEST_CPU_LOG run of 2026-11-27 with the console scripts in this process: the recipe variants
-# 248-283, the end-to-end recipe 205-230, the GPU study 155-176, test_cli 148-160 (it builds the shared stock and
-# L0Drop checkpoints); the rest, 370-500 s, fills in.
+# The costliest product test files run first, the rest in collection order (tests/lab, the machinery of the project's
+# own GPU runs, after tests/e2e): scripts/test.sh hands out whole files to the pytest-xdist workers in this order
+# (--no-loadscope-reorder: pytest-xdist 3.x otherwise hands out the files with the most tests first, and the
+# end-to-end recipe, one long test, went last and kept one worker busy alone). A worker is handed its next file when
+# two tests of its files are left. CPU seconds per file (TEST_CPU_LOG, the console scripts in this process): the
+# recipe variants 248-283, the end-to-end recipe 205-230, test_cli 148-160 (it builds the shared stock and L0Drop
+# checkpoints); the rest fills in.
 FIRST = [os.path.join("e2e", "test_recipe_variants.py"), os.path.join("e2e", "test_recipe.py"),
-         os.path.join("e2e", "test_cli.py"), os.path.join("lab", "test_gpu_study.py")]
+         os.path.join("e2e", "test_cli.py")]
 
 
 def run_order(item) -> int:
