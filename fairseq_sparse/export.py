@@ -192,10 +192,7 @@ def script_translator(model: nn.Module, task, options: Mapping, metadata: Mappin
     Raises ValueError with torch.jit's message when something does not script."""
     from .modules.beam_attention import add_beam_attention_option
 
-    model = copy.deepcopy(model)  # the caller's model keeps its Python hooks
-    for module in model.modules():
-        if hasattr(module, "drop_python_hooks"):  # the L0Drop encoder's; its scripted path needs none
-            module.drop_python_hooks()
+    model = copy.deepcopy(model)  # the caller's model is left as it is
     add_beam_attention_option(model.decoder)
     model.decoder.beam_attention = bool(beam_attention)
     for p in model.parameters():  # inference only: no autograd graph in the file's calls

@@ -3,11 +3,10 @@ of Algorithm 1 handed to the decoder in eval mode (Zhang, Titov & Sennrich 2021)
 sparsity rate of what fairseq's generators decoded (Sec. 6)."""
 import atexit
 import contextlib
-import functools
 import logging
 import sys
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import torch
 from fairseq.models.transformer import TransformerConfig, TransformerEncoder
@@ -106,33 +105,12 @@ class L0DropTransformerEncoder(TransformerEncoder):
         self.dropped_as = args.l0drop_dropped_as
         self.pruned_decoding = args.pruned_decoding
         self.compact_encoder = args.compact_encoder
-        embed_dim = embed_tokens.embedding_dim
-        gated_layers = len(self.layers) if args.l0drop_between_layers else 1
-        scale = 1.0 / gated_layers if args.l0drop_layer_penalty == "mean" else 1.0
-
-        def make_l0drop(name):
-            gate = HardConcrete(args.l0drop_beta, args.l0drop_gamma, args.l0drop_zeta)
-            return L0Drop(embed_dim, gate, args.l0drop_init_bias, name=name, penalty_scale=scale)
-
+        embed_dim, n = embed_tokens.embedding_dim, len(self.layers)
         self.pattern = output_pattern(args, dictionary)
-        self.l0drop = make_l0drop("l0drop") if self.pattern is None else None
+        self.l0drop = make_l0drop(args, embed_dim, "l0drop", n) if self.pattern is None else None
         self.merge = output_merge(args, embed_dim)
-        self.layer_l0drops = None
-        self._python_hooks = []  # their handles (drop_python_hooks)
-        if args.l0drop_between_layers:
-            n = len(self.layers)
-            self.layer_l0drops = torch.nn.ModuleList([make_l0drop(f"l0drop_layer{k + 1}") for k in range(n - 1)])
-            for k in range(n):
-                # states dropped before a layer are hidden from its self-attention
-                self._python_hooks.append(
-                    self.layers[k].register_forward_pre_hook(self._hide_dropped_states, with_kwargs=True))
-                if k < n - 1:
-                    # a partial of a bound method, not a closure: copy.deepcopy (--ema, quantize_dynamic) rebinds it
-                    self._python_hooks.append(
-                        self.layers[k].register_forward_hook(functools.partial(self._gate_layer_output, k)))
-        self._alive: Optional[Tensor] = None  # states not dropped so far, during one forward pass
-        self._pad: Optional[Tensor] = None
-        self._compacted: Optional[CompactedEncoder] = None  # the rows of a compacting forward pass
+        self.layer_l0drops = torch.nn.ModuleList([make_l0drop(args, embed_dim, f"l0drop_layer{k + 1}", n)
+                                                  for k in range(n - 1)]) if args.l0drop_between_layers else None
         self._generating = False  # inside forward_torchscript, the generators' entry point
 
     @property
@@ -140,145 +118,125 @@ class L0DropTransformerEncoder(TransformerEncoder):
         """True for the POS pattern: every batch needs ``net_input["src_tags"]``."""
         return self.pattern is not None and self.pattern.kind == "pos"
 
-    def drop_python_hooks(self):
-        """Remove the hooks of --l0drop-between-layers (TorchScript cannot compile them) before a copy of the model is
-        scripted: the scripted generators take :meth:`forward_compacted_test_time`; the eager :meth:`forward` needs them."""
-        for handle in self._python_hooks:
-            handle.remove()
-        self._python_hooks = []
-
     def build_encoder_layer(self, args):
         cfg = TransformerConfig.from_namespace(args)
         return wrap_layer(CountAwareEncoderLayer(cfg, return_fc=self.return_fc), cfg)
 
-    # --- L0Drop between layers: forward hooks on fairseq's own encoder layers ---
-    def _hide_dropped_states(self, layer, args, kwargs):
-        rows = self._compacted
-        if rows is not None and rows.memory is not None:  # compacted: the rows' mask, the dummy's log count
-            kwargs["encoder_padding_mask"] = rows.memory.padding_mask
-            if isinstance(layer.self_attn, CountAwareAttention):  # not a layer whose heads were all pruned
-                layer.self_attn.log_count = rows.memory.log_count
-            return args, kwargs
-        if self._alive is None or self.dropped_as != "mask":
-            return None
-        gates = self._alive.to(torch.float32)
-        kwargs["encoder_padding_mask"] = decoder_padding_mask(gates, self._pad, "mask")
-        return args, kwargs
-
-    def _gate_layer_output(self, k, layer, args, output):
-        rows = self._compacted
-        if rows is not None:
-            x, gates = self.layer_l0drops[k](output, rows.live_pad, dropped_before=rows.dropped_before())
-            return rows.compact(x, gates, self.dropped_as)
-        x, gates = self.layer_l0drops[k](output, self._pad, alive=self._alive)
-        self._alive = gates != 0
-        return x
-
-    @torch.jit.unused  # Python-side state (hooks, CompactedEncoder); TorchScript takes forward_test_time
+    @torch.jit.unused  # the gates' sampling and statistics; TorchScript takes forward_test_time
     def forward(self, src_tokens, src_lengths=None, return_all_hiddens: bool = False, token_embeddings=None,
                 src_tags: Optional[Tensor] = None):
         """fairseq's encoder, then the gates; ``src_tags``: tag ids of the source tokens (the POS pattern)."""
-        self._pad = src_tokens.eq(self.padding_idx)
-        if (self._generating and self.layer_l0drops is not None and self.compact_encoder and self.pruned_decoding
-                and not self.training and not return_all_hiddens):
-            self._compacted = CompactedEncoder(self._pad)
+        if self.layer_l0drops is not None:
+            return self._forward_gated_layers(src_tokens, return_all_hiddens, token_embeddings)
+        out = super().forward(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
+        pad, h = out["encoder_padding_mask"][0], out["encoder_out"][0]
+        if self.pattern is not None:
+            gates = self.pattern(src_tokens, pad, src_tags)
+            x = h * gates.transpose(0, 1).unsqueeze(-1).to(h.dtype)
+            self.pattern.record_rate(gates, pad)
+        else:
+            x, gates = self.l0drop(h, pad, alive=None)
+        if self.merge is not None:  # pruned states folded into kept ones (--encoder-output-merge)
+            x = self.merge(h, gates, pad)
+        return gated_output(out, x, gates, self.dropped_as, self.training or not self.pruned_decoding)
+
+    @torch.jit.unused
+    def _forward_gated_layers(self, src_tokens, return_all_hiddens: bool, token_embeddings):
+        """--l0drop-between-layers, eager: compacted (:class:`CompactedEncoder`) for fairseq's generators with
+        --compact-encoder and pruned decoding; other callers see every layer's states at their original positions."""
+        pad = src_tokens.eq(self.padding_idx)
+        rows = CompactedEncoder(pad) if (self._generating and self.compact_encoder and self.pruned_decoding
+                                         and not self.training and not return_all_hiddens) else None
         try:
-            out = super().forward(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
-            if self._compacted is not None:
-                return self._compacted_output(out)
-            h = out["encoder_out"][0]
-            if self.pattern is not None:
-                gates = self.pattern(src_tokens, self._pad, src_tags)
-                x = h * gates.transpose(0, 1).unsqueeze(-1).to(h.dtype)
-                self.pattern.record_rate(gates, self._pad)
-            else:
-                x, gates = self.l0drop(h, self._pad, alive=self._alive)
-            if self.merge is not None:  # pruned states folded into kept ones (--encoder-output-merge)
-                x = self.merge(h, gates, self._pad)
+            h, embedding, alive, states = self.forward_layers(src_tokens, token_embeddings, return_all_hiddens, rows)
         finally:
-            self._alive, self._pad, self._compacted = None, None, None
-            for layer in self.layers:
-                if isinstance(layer.self_attn, CountAwareAttention):
-                    layer.self_attn.log_count = None
-        pad = out["encoder_padding_mask"][0]
-        out["l0drop_gates"] = [gates]
-        if self.training or not self.pruned_decoding:
-            out["encoder_out"] = [x]
-            out["encoder_padding_mask"] = [decoder_padding_mask(gates, pad, self.dropped_as)]
-            return out
-        return pruned_output(out, compress(x, gates, pad, self.dropped_as), gates)
+            self.clear_log_counts()
+        lengths = source_lengths(src_tokens, self.padding_idx)
+        if rows is not None:
+            x, gates = self.l0drop(h, rows.live_pad, dropped_before=rows.dropped_before())
+            return compacted_output(rows, x, gates, self.dropped_as, lengths)
+        x, gates = self.l0drop(h, pad, alive=alive)
+        out = fairseq_encoder_out(h, pad, embedding, states, len(self.layers) if return_all_hiddens else 0, lengths)
+        return gated_output(out, x, gates, self.dropped_as, self.training or not self.pruned_decoding)
+
+    def forward_layers(self, src_tokens: Tensor, token_embeddings: Optional[Tensor], return_all_hiddens: bool,
+                       rows: Optional[CompactedEncoder], test_time: bool = False
+                       ) -> Tuple[Tensor, Tensor, Optional[Tensor], List[Tensor]]:
+        """--l0drop-between-layers, eager and scripted: fairseq's embedding, encoder layers and final LayerNorm (as its
+        forward_scriptable), L0Drop after every layer but the last (its forward, or ``test_time`` its g_hat only).
+        Dropped states stay in place (zeros, or masked from later self-attention), or leave the ``rows`` of a compacted
+        encoder. Returns (states before the output gates, the embedding, the alive states if not compacted, hiddens)."""
+        pad = src_tokens.eq(self.padding_idx)
+        has_pads = bool(pad.any())
+        x, embedding = self.forward_embedding(src_tokens, token_embeddings)
+        x = (x * (1 - pad.unsqueeze(-1).type_as(x))).transpose(0, 1)
+        states: List[Tensor] = [x] if return_all_hiddens else []
+        alive: Optional[Tensor] = None
+        gated = self.layer_l0drops
+        assert gated is not None
+        # log counts: hasattr, not isinstance (and not a layer whose heads were all pruned), see the L0Drop decoder's
+        for layer, gate in zip(self.layers, gated):  # every layer but the last, each followed by its gates
+            mask, log_count = layer_inputs(pad, has_pads, alive, rows, self.dropped_as)
+            if hasattr(layer.self_attn, "log_count_for_call"):
+                layer.self_attn.log_count = log_count
+            x = layer(x, encoder_padding_mask=mask)
+            if test_time or torch.jit.is_scripting():  # the gates' forward does not script
+                assert rows is not None  # the test-time encoder always compacts
+                x, gates = gate.test_time_gates(x, rows.live_pad)
+            elif rows is None:
+                x, gates = gate(x, pad, alive=alive)
+                alive = gates != 0
+            else:
+                x, gates = gate(x, rows.live_pad, dropped_before=rows.dropped_before())
+            if rows is not None:
+                x = rows.compact(x, gates, self.dropped_as)
+            if return_all_hiddens:
+                states.append(x)
+        last = self.layers[-1]  # not self.layers[-1:]: TorchScript (2.13) takes that slice from the first layer
+        mask, log_count = layer_inputs(pad, has_pads, alive, rows, self.dropped_as)
+        if hasattr(last.self_attn, "log_count_for_call"):
+            last.self_attn.log_count = log_count
+        x = last(x, encoder_padding_mask=mask)
+        if return_all_hiddens:
+            states.append(x)
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+        return x, embedding, alive, states
+
+    def clear_log_counts(self):
+        for layer in self.layers:
+            if hasattr(layer.self_attn, "log_count_for_call"):
+                layer.self_attn.log_count = None
 
     def forward_test_time(self, src_tokens: Tensor, src_lengths: Tensor) -> Dict[str, List[Tensor]]:
-        """What the generators get in eval mode, in code TorchScript compiles (fairseq-sparse-export's path): g_hat (or a
-        pattern's gates), merged states, the compressed memory (or the gated one); between layers the compacted
-        encoder. The eager generators take :meth:`forward`, which also records the statistics."""
-        if self.layer_l0drops is not None:
-            return self.forward_compacted_test_time(src_tokens)
-        out = self.forward_scriptable(src_tokens, src_lengths, False, None)
+        """What the generators get in eval mode, in code TorchScript compiles (fairseq-sparse-export): g_hat (or a
+        pattern's gates), merged states, the compressed memory (or the gated one); between layers compacted."""
         pad = src_tokens.eq(self.padding_idx)
+        l0drop = self.l0drop
+        if self.layer_l0drops is not None:
+            assert l0drop is not None  # no pattern between layers
+            rows = CompactedEncoder(pad)
+            x = self.forward_layers(src_tokens, None, False, rows, test_time=True)[0]
+            self.clear_log_counts()
+            x, gates = l0drop.test_time_gates(x, rows.live_pad)
+            return compacted_output(rows, x, gates, self.dropped_as, source_lengths(src_tokens, self.padding_idx))
+        out = self.forward_scriptable(src_tokens, src_lengths, False, None)
         h = out["encoder_out"][0]
         pattern = self.pattern
         if pattern is not None:  # a rule (not the POS pattern: no tags reach a scripted model)
             gates = pattern(src_tokens, pad, None)
             x = h * gates.transpose(0, 1).unsqueeze(-1).to(h.dtype)
         else:
-            x, gates = self.l0drop.test_time_gates(h, pad)
+            assert l0drop is not None
+            x, gates = l0drop.test_time_gates(h, pad)
         merge = self.merge
         if merge is not None:
             x = merge(h, gates, pad)
-        if not self.pruned_decoding:
-            mask = decoder_padding_mask(gates, pad, self.dropped_as)
-            assert mask is not None  # pad is a tensor
-            out["encoder_out"], out["encoder_padding_mask"], out["l0drop_gates"] = [x], [mask], [gates]
-            return out
-        return pruned_output(out, compress(x, gates, pad, self.dropped_as), gates)
-
-    def forward_compacted_test_time(self, src_tokens: Tensor) -> Dict[str, List[Tensor]]:
-        """--l0drop-between-layers in eval mode, compacted (:class:`CompactedEncoder`), with fairseq's embedding,
-        layers and final LayerNorm called one by one instead of through the forward hooks of :meth:`forward`
-        (which TorchScript cannot compile): the same rows, masks and log counts reach every layer."""
-        pad = src_tokens.eq(self.padding_idx)
-        rows = CompactedEncoder(pad)
-        x, _ = self.forward_embedding(src_tokens, None)
-        x = (x * (1 - pad.unsqueeze(-1).type_as(x))).transpose(0, 1)
-        gated = self.layer_l0drops
-        assert gated is not None
-        # each layer reads the rows' padding mask and the dummy's log count (what the hooks hand it in forward);
-        # hasattr, not isinstance: see L0DropTransformerDecoder._set_log_count
-        for layer, gate in zip(self.layers, gated):  # every layer but the last, each followed by its gates
-            mask, log_count = rows.layer_inputs()
-            if hasattr(layer.self_attn, "log_count_for_call"):  # not a layer whose heads were all pruned
-                layer.self_attn.log_count = log_count
-            x = layer(x, encoder_padding_mask=mask)
-            x, gates = gate.test_time_gates(x, rows.live_pad)
-            x = rows.compact(x, gates, self.dropped_as)
-        last = self.layers[-1]  # not self.layers[-1:]: TorchScript (2.13) takes that slice from the first layer
-        mask, log_count = rows.layer_inputs()
-        if hasattr(last.self_attn, "log_count_for_call"):
-            last.self_attn.log_count = log_count
-        x = last(x, encoder_padding_mask=mask)
-        for layer in self.layers:
-            if hasattr(layer.self_attn, "log_count_for_call"):
-                layer.self_attn.log_count = None
-        if self.layer_norm is not None:
-            x = self.layer_norm(x)
-        x, gates = self.l0drop.test_time_gates(x, rows.live_pad)
-        mem = rows.original_memory(compress(x, gates, rows.live_pad, self.dropped_as, rows.dropped()))
-        lengths = src_tokens.ne(self.padding_idx).sum(dim=1, dtype=torch.int32).reshape(-1, 1).contiguous()
-        out: Dict[str, List[Tensor]] = {"encoder_states": [], "src_lengths": [lengths]}
-        return pruned_output(out, mem, rows.original_gates(gates))
-
-    def _compacted_output(self, out):
-        """The output gates over the compacted rows, and the memory at the original source positions."""
-        rows = self._compacted
-        x, gates = self.l0drop(out["encoder_out"][0], rows.live_pad, dropped_before=rows.dropped_before())
-        mem = rows.original_memory(compress(x, gates, rows.live_pad, self.dropped_as, rows.dropped()))
-        return pruned_output(out, mem, rows.original_gates(gates))
+        return gated_output(out, x, gates, self.dropped_as, not self.pruned_decoding)
 
     def forward_torchscript(self, net_input: Dict[str, Tensor]):
-        """The entry point of fairseq's generators: the encoder is compacted here (``--compact-encoder``; other
-        callers, e.g. the analysis tools, see every layer's states at their original positions); also counts
-        the sparsity of decoded sources. Scripted (fairseq-sparse-export): :meth:`forward_test_time`."""
+        """The entry point of fairseq's generators, where the encoder is compacted (``--compact-encoder``) and the
+        sparsity of decoded sources counted. Scripted (fairseq-sparse-export): :meth:`forward_test_time`."""
         if torch.jit.is_scripting():
             return self.forward_test_time(net_input["src_tokens"], net_input["src_lengths"])
         return self._forward_for_generator(net_input)
@@ -296,6 +254,60 @@ class L0DropTransformerEncoder(TransformerEncoder):
     def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order: Tensor):
         """Nothing is copied: our decoder reads the memory at the first step only and reorders its own caches."""
         return encoder_out
+
+
+def make_l0drop(args, embed_dim: int, name: str, layers: int) -> L0Drop:
+    """An L0Drop module of the options, its penalty averaged over the gated layers under --l0drop-layer-penalty mean
+    (``layers``: the encoder's)."""
+    gated_layers = layers if args.l0drop_between_layers else 1
+    scale = 1.0 / gated_layers if args.l0drop_layer_penalty == "mean" else 1.0
+    gate = HardConcrete(args.l0drop_beta, args.l0drop_gamma, args.l0drop_zeta)
+    return L0Drop(embed_dim, gate, args.l0drop_init_bias, name=name, penalty_scale=scale)
+
+
+def gated_output(out: Dict[str, List[Tensor]], x: Tensor, gates: Tensor, dropped_as: str,
+                 in_place: bool) -> Dict[str, List[Tensor]]:
+    """``out`` (fairseq's encoder's) with the gated states ``x``: in place, or the compressed memory."""
+    pad = out["encoder_padding_mask"][0]
+    if in_place:
+        mask = decoder_padding_mask(gates, pad, dropped_as)
+        assert mask is not None  # pad is a tensor
+        out["encoder_out"], out["encoder_padding_mask"], out["l0drop_gates"] = [x], [mask], [gates]
+        return out
+    return pruned_output(out, compress(x, gates, pad, dropped_as), gates)
+
+
+def layer_inputs(pad: Tensor, has_pads: bool, alive: Optional[Tensor], rows: Optional[CompactedEncoder],
+                 dropped_as: str) -> Tuple[Optional[Tensor], Optional[Tensor]]:
+    """(padding mask, log counts) of an encoder layer's self-attention between L0Drop gates: the compacted rows'
+    once a gate dropped states, the states dropped so far hidden (``mask``), else fairseq's (None without padding)."""
+    if rows is not None and rows.memory is not None:
+        mask, log_count = rows.layer_inputs()
+        return mask, log_count
+    if alive is not None and dropped_as == "mask":
+        return decoder_padding_mask(alive.to(torch.float32), pad, "mask"), None
+    return (pad if has_pads else None), None
+
+
+def fairseq_encoder_out(h: Tensor, pad: Tensor, embedding: Tensor, states: List[Tensor], fc_results: int,
+                        lengths: Tensor):
+    """The output of fairseq's encoder (TransformerEncoderBase.forward_scriptable); ``fc_results``: how many Nones."""
+    return {"encoder_out": [h], "encoder_padding_mask": [pad], "encoder_embedding": [embedding],
+            "encoder_states": states, "fc_results": [None] * fc_results, "src_tokens": [], "src_lengths": [lengths]}
+
+
+def source_lengths(src_tokens: Tensor, padding_idx: int) -> Tensor:
+    """fairseq's encoder's ``src_lengths`` output: B x 1, int32."""
+    return src_tokens.ne(padding_idx).sum(dim=1, dtype=torch.int32).reshape(-1, 1).contiguous()
+
+
+def compacted_output(rows: CompactedEncoder, x: Tensor, gates: Tensor, dropped_as: str,
+                     lengths: Tensor) -> Dict[str, List[Tensor]]:
+    """The encoder output of a compacted encoder: the output gates over the rows, the memory at the original
+    source positions."""
+    mem = rows.original_memory(compress(x, gates, rows.live_pad, dropped_as, rows.dropped()))
+    out: Dict[str, List[Tensor]] = {"encoder_states": [], "src_lengths": [lengths]}
+    return pruned_output(out, mem, rows.original_gates(gates))
 
 
 def output_pattern(args, dictionary) -> Optional[EncoderOutputPattern]:
