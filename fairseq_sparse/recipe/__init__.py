@@ -17,11 +17,11 @@ output is complete:
 4. ``report``: the score of every model on the test split, sparsity, parameters, speed, the plots and every
    command, in ``WORK/results.json`` and ``WORK/REPORT.md`` (rendered from results.json alone).
 
-Layout: :mod:`.methods` (the table), :mod:`.options` (the command line), :mod:`.paths` (where the plugin, the
-console scripts and the benchmarks are), :mod:`.commands` (pure command builders), :mod:`.workdir` (running,
-logging, results keyed by the checkpoints that produced them), :mod:`.corpus`, :mod:`.lengths` (truncation,
-positions, nothing dropped or skipped), :mod:`.training`, :mod:`.evaluation`, :mod:`.budget`, :mod:`.speed`,
-:mod:`.report` (pure), :mod:`.main`.
+Layout: :mod:`.methods` (the table), :mod:`.options` (the command line), :mod:`.option_checks` (its values
+checked before work), :mod:`.paths` (where the plugin, the console scripts and the benchmarks are),
+:mod:`.commands` (pure command builders), :mod:`.workdir` (running, logging, results keyed by the checkpoints that
+produced them), :mod:`.corpus`, :mod:`.lengths` (truncation, positions, nothing dropped or skipped),
+:mod:`.training`, :mod:`.evaluation`, :mod:`.budget`, :mod:`.speed`, :mod:`.report` (pure), :mod:`.main`.
 Every size and budget is an option (``--help``). Each step evaluates its own model when it finishes, so steps
 after the baseline may run as parallel processes (``--steps``); ``report`` gathers what is there.
 """

@@ -7,7 +7,8 @@ import time
 from . import corpus, lengths, training
 from .evaluation import Evaluation, distinct_outputs, lead_baseline, same_hypotheses, significance
 from .methods import BY_NAME, CONTROL_OF, METHODS, STEP_SUMMARY, STEPS, updates_of
-from .options import fail, parse_args
+from .option_checks import parse_args
+from .options import fail
 from .budget import budget_rows, decode_budget_points, plot_gap
 from .gap_analysis import gap_analysis, kept_results
 from .report import metric_name, plots_in, render

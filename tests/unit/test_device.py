@@ -11,7 +11,8 @@ import torch
 from fairseq_sparse.cli import common
 from fairseq_sparse.recipe import commands, speed
 from fairseq_sparse.recipe.evaluation import Evaluation
-from fairseq_sparse.recipe.options import get_parser, parse_args
+from fairseq_sparse.recipe.option_checks import parse_args
+from fairseq_sparse.recipe.options import get_parser
 from fairseq_sparse.recipe.methods import BY_NAME
 
 RECIPE = ["--corpus", "c", "-s", "en", "-t", "de", "--work-dir", "w"]

@@ -6,7 +6,8 @@ import json
 import pytest
 
 from fairseq_sparse.recipe import commands, corpus
-from fairseq_sparse.recipe.options import CHAR_BOUNDARY, parse_args
+from fairseq_sparse.recipe.option_checks import parse_args
+from fairseq_sparse.recipe.options import CHAR_BOUNDARY
 from fairseq_sparse.recipe.report import attention_lines
 from fairseq_sparse.recipe.workdir import WorkDir
 

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from fairseq_sparse.recipe import commands, corpus, lengths, methods
-from fairseq_sparse.recipe.options import decoding_changes, get_parser, parse_args
+from fairseq_sparse.recipe.option_checks import parse_args
+from fairseq_sparse.recipe.options import decoding_changes, get_parser
 from fairseq_sparse.recipe.report import length_lines, render
 from fairseq_sparse.recipe.workdir import WorkDir
 

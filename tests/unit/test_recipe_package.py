@@ -111,7 +111,7 @@ def test_the_gates_bias_temperature_and_weight_rate_reach_the_fine_tunings_only_
     (["--l0drop-weight-lr", "-1"], "--l0drop-weight-lr must be a positive number"),
 ])
 def test_a_bad_l0drop_gate_option_is_refused(argv, message, capsys):
-    from fairseq_sparse.recipe.options import parse_args
+    from fairseq_sparse.recipe.option_checks import parse_args
 
     with pytest.raises(SystemExit):
         parse_args(["--corpus", "c", "-s", "en", "-t", "de", "--work-dir", "w"] + argv)
@@ -120,7 +120,7 @@ def test_a_bad_l0drop_gate_option_is_refused(argv, message, capsys):
 
 @pytest.mark.parametrize("value", ["-0.1", "nan", "inf"])
 def test_a_bad_l0drop_lambda_is_refused(value, capsys):
-    from fairseq_sparse.recipe.options import parse_args
+    from fairseq_sparse.recipe.option_checks import parse_args
 
     with pytest.raises(SystemExit):
         parse_args(["--corpus", "c", "-s", "en", "-t", "de", "--work-dir", "w", "--l0drop-lambda", value])
@@ -165,7 +165,7 @@ def test_heads_target_per_attention_type_reaches_the_criterion():
     (["--heads-target", "encdec=0.5", "--composed-head-gates", "enc,dec", "--steps", "composed"],
      "which the composed step does not gate (enc, dec)")])
 def test_bad_heads_target_is_refused(extra, message, capsys):
-    from fairseq_sparse.recipe.options import parse_args
+    from fairseq_sparse.recipe.option_checks import parse_args
 
     with pytest.raises(SystemExit):
         parse_args(["--corpus", "c", "-s", "en", "-t", "de", "--work-dir", "w"] + extra)
@@ -188,7 +188,7 @@ def test_budget_compares_each_fine_tuning_with_a_fine_tuned_control_of_equal_upd
 @pytest.mark.parametrize("points,message", [("600,300", "--budget-points must rise"), ("3000", "at most --finetune-updates"),
                                             ("a,b", "--budget-points: a comma list of update counts")])
 def test_bad_budget_points_are_refused(points, message, capsys):
-    from fairseq_sparse.recipe.options import parse_args
+    from fairseq_sparse.recipe.option_checks import parse_args
 
     with pytest.raises(SystemExit):
         parse_args(["--corpus", "c", "-s", "en", "-t", "de", "--work-dir", "w", "--budget-points", points])
@@ -223,7 +223,7 @@ def test_encoder_and_decoder_depths_are_set_apart_and_default_to_layers():
     (["--encoder-layers", "1", "--steps", "l0drop_layers"], "1 encoder layer has no such place"),
 ])
 def test_bad_depths_are_refused_in_one_line(extra, message, capsys):
-    from fairseq_sparse.recipe.options import parse_args
+    from fairseq_sparse.recipe.option_checks import parse_args
 
     with pytest.raises(SystemExit):
         parse_args(["--corpus", "c", "-s", "en", "-t", "de", "--work-dir", "w", "--device", "cpu"] + extra)
@@ -315,7 +315,7 @@ def test_exactness_counts_the_sentences_that_differ():
 def test_rouge_impl_perl_is_checked_before_work(capsys, monkeypatch):
     """--rouge-impl perl needs --metric rouge, and a ROUGE-1.5.5 that can run (what is missing is named)."""
     from fairseq_sparse.analysis import scores
-    from fairseq_sparse.recipe.options import parse_args
+    from fairseq_sparse.recipe.option_checks import parse_args
 
     base = ["--corpus", "c", "-s", "en", "-t", "de", "--work-dir", "w", "--rouge-impl", "perl"]
     with pytest.raises(SystemExit):

@@ -4,7 +4,8 @@ import pytest
 
 from fairseq_sparse.analysis import gap
 from fairseq_sparse.recipe import commands, methods
-from fairseq_sparse.recipe.options import get_parser, parse_args
+from fairseq_sparse.recipe.option_checks import parse_args
+from fairseq_sparse.recipe.options import get_parser
 
 
 def options(*extra):

@@ -33,7 +33,7 @@ def test_the_artefact_refuses_a_source_beyond_its_positions_and_takes_an_empty_l
 
 
 def test_a_malformed_gold_alignment_file_is_refused_before_any_work(tmp_path, capsys):
-    from fairseq_sparse.recipe.options import parse_args
+    from fairseq_sparse.recipe.option_checks import parse_args
 
     corpus = tmp_path / "corpus"
     corpus.mkdir()
@@ -53,7 +53,7 @@ def test_a_malformed_gold_alignment_file_is_refused_before_any_work(tmp_path, ca
 
 @pytest.mark.parametrize("lang, warned", [("de", True), ("en", False)])
 def test_rouge_on_text_that_is_not_english_says_how_it_tokenises(tmp_path, capsys, lang, warned):
-    from fairseq_sparse.recipe.options import parse_args
+    from fairseq_sparse.recipe.option_checks import parse_args
 
     corpus = tmp_path / "corpus"
     corpus.mkdir()
