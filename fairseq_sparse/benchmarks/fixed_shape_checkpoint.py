@@ -80,7 +80,7 @@ def command(args, search, fp16):
 def run_once(cmd):
     """(wall seconds, generation seconds, {id: H text}, {id: D text}, {id: T text}) of one fairseq-generate run, its
     output read as the recipe reads it."""
-    from fairseq_sparse.recipe.evaluation import decode_seconds, generate_lines
+    from fairseq_sparse.recipe.decoding import decode_seconds, generate_lines
 
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)

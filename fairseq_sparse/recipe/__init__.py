@@ -21,7 +21,8 @@ Layout: :mod:`.methods` (the table), :mod:`.options` (the command line), :mod:`.
 checked before work), :mod:`.paths` (where the plugin, the console scripts and the benchmarks are),
 :mod:`.commands` (pure command builders), :mod:`.workdir` (running, logging, results keyed by the checkpoints that
 produced them), :mod:`.corpus`, :mod:`.lengths` (truncation, positions, nothing dropped or skipped),
-:mod:`.training`, :mod:`.evaluation`, :mod:`.budget`, :mod:`.speed`, :mod:`.report` (pure), :mod:`.main`.
+:mod:`.training`, :mod:`.decoding` (each model's test-set score), :mod:`.analyses` (the analyses beside it),
+:mod:`.budget`, :mod:`.speed`, :mod:`.report` (pure), :mod:`.main`.
 Every size and budget is an option (``--help``). Each step evaluates its own model when it finishes, so steps
 after the baseline may run as parallel processes (``--steps``); ``report`` gathers what is there.
 """

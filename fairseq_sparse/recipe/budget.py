@@ -5,7 +5,7 @@ import os
 import sys
 
 from .commands import budget_points, scratch_budget_points
-from .evaluation import paired_test_of
+from .decoding import paired_test_of
 from .methods import BUDGET_DECODINGS, BY_NAME, METHODS
 from .workdir import checkpoint_identity
 
@@ -41,19 +41,19 @@ def points_of(a, m):
     return budget_points(a) if m.decoding in BUDGET_DECODINGS else []
 
 
-def decode_budget_points(a, ev, m):
+def decode_budget_points(a, dec, m):
     """M's own decodings at every budget point it has a checkpoint for, in M's step: the runs of a study decode
     side by side, and the report pairs the cached decodings."""
     points = points_of(a, m)
     if not points:
         return
-    mine = checkpoints_by_updates(ev.wd, m.name)
+    mine = checkpoints_by_updates(dec.wd, m.name)
     for u in points:
         if u in mine:
-            ev.generate(*ev.at_updates(m, u, mine))
+            dec.generate(*dec.at_updates(m, u, mine))
 
 
-def budget_rows(a, ev, rows):
+def budget_rows(a, dec, rows):
     """{method: [{updates, score, control, control_score, gap, p_value, l0drop_sparsity, heads_closed}, ...]} for
     every reported fine-tuned method with a control, at every budget point both runs have a checkpoint for
     (heads_closed: the share of gated heads cut out, where they are)."""
@@ -64,7 +64,7 @@ def budget_rows(a, ev, rows):
         control = m.control if m.start is None else budget_control(m)  # from scratch: beside the baseline
         if control is None or m.name not in rows or control not in rows:
             continue
-        mine, theirs = checkpoints_by_updates(ev.wd, m.name), checkpoints_by_updates(ev.wd, control)
+        mine, theirs = checkpoints_by_updates(dec.wd, m.name), checkpoints_by_updates(dec.wd, control)
         points = []
         for u in points_of(a, m):
             if u not in mine or u not in theirs:
@@ -73,9 +73,9 @@ def budget_rows(a, ev, rows):
                       "(trained before that point was asked for, or stopped before it); train them again in a new "
                       "--work-dir with the points given from the start", file=sys.stderr)
                 continue
-            key, ckpt = ev.at_updates(m, u, mine)
-            heads = ev.heads_kept(m.name, ckpt)["total"] if m.heads_cut_out(a) else None
-            r, c = ev.generate(key, ckpt), ev.generate(*ev.at_updates(BY_NAME[control], u, theirs))
+            key, ckpt = dec.at_updates(m, u, mine)
+            heads = dec.heads_kept(m.name, ckpt)["total"] if m.heads_cut_out(a) else None
+            r, c = dec.generate(key, ckpt), dec.generate(*dec.at_updates(BY_NAME[control], u, theirs))
             test = paired_test_of(a, c, r)
             points.append({"updates": u, "score": r["score"], "control": control, "control_score": c["score"],
                            "gap": round(r["score"] - c["score"], 2), "p_value": test.get("p_value"),

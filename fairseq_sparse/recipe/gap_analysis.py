@@ -22,17 +22,17 @@ def analysed(a, wd, finished):
             and "--head-gates" not in m.flags(a)]
 
 
-def control_decoding(ev, m: Method):
+def control_decoding(dec, m: Method):
     """(key, checkpoint) of M's control at M's updates: the baseline's checkpoint at them for a model trained from
     scratch (decoded from --scratch-budget-points' checkpoints), the control's own decoding for a fine-tuning."""
     control = BY_NAME[m.control]
     if m.start is None:
-        updates = checkpoint_identity(ev.wd.path(m.name, "checkpoint_last.pt"))["updates"]
-        theirs = checkpoints_by_updates(ev.wd, control.name)
+        updates = checkpoint_identity(dec.wd.path(m.name, "checkpoint_last.pt"))["updates"]
+        theirs = checkpoints_by_updates(dec.wd, control.name)
         if updates not in theirs:
             return None
-        return ev.at_updates(control, updates, theirs)
-    return control.name, ev.checkpoint(control)
+        return dec.at_updates(control, updates, theirs)
+    return control.name, dec.checkpoint(control)
 
 
 def gates(a, wd, data, name, checkpoint):
@@ -117,22 +117,22 @@ def segment_types(a, n):
     return labels
 
 
-def analyse(a, ev, m: Method):
+def analyse(a, dec, m: Method):
     """One model's analysis against its control (None where the control has no decoding at M's updates)."""
-    pair = control_decoding(ev, m)
+    pair = control_decoding(dec, m)
     if pair is None:
         return None
-    return {"model": m.name, **compare(a, ev, (m.name, ev.checkpoint(m)), pair)}
+    return {"model": m.name, **compare(a, dec, (m.name, dec.checkpoint(m)), pair)}
 
 
-def compare(a, ev, mine, theirs):
+def compare(a, dec, mine, theirs):
     """The analysis of the source-pruning model MINE against THEIRS, each (key, checkpoint relative to WORK): both
     decoded on the test split (cached), the pruned pieces of MINE's gates, the NLL of both."""
-    wd, tokenize = ev.wd, "13a" if a.tokenizer == "moses" else "none"
-    ours, other = ev.generate(*mine), ev.generate(*theirs)
+    wd, tokenize = dec.wd, "13a" if a.tokenizer == "moses" else "none"
+    ours, other = dec.generate(*mine), dec.generate(*theirs)
     refs, hyps, ctrl = ours["references"], [h for h, _ in ours["hypotheses"]], [h for h, _ in other["hypotheses"]]
     os.makedirs(wd.path("gap_analysis"), exist_ok=True)
-    by_id = gates(a, wd, ev.data, *mine)
+    by_id = gates(a, wd, dec.data, *mine)
     ids = sorted(by_id)
     if len(ids) != len(refs):
         raise ValueError(f"{mine[0]}: {len(ids)} sentences with gates, {len(refs)} decoded")
@@ -154,16 +154,16 @@ def compare(a, ev, mine, theirs):
             # the source's pieces pruned, end-of-sentence left out (no rule or gate prunes it); fairseq-generate's
             # printed rate counts it among the states, so it reads a little lower
             "sparsity": round(sum(sum(by_id[i][1][:-1]) for i in ids) / sum(len(by_id[i][1]) - 1 for i in ids), 4),
-            "nll": {"method": nll(a, wd, ev.data, *mine), "control": nll(a, wd, ev.data, *theirs)}}
+            "nll": {"method": nll(a, wd, dec.data, *mine), "control": nll(a, wd, dec.data, *theirs)}}
 
 
-def gap_analysis(a, ev, finished):
+def gap_analysis(a, dec, finished):
     """Every analysed model's result, in WORK/gap_analysis/NAME.json (the step) or read back (the report)."""
     out = {}
-    for m in analysed(a, ev.wd, finished):
-        r = analyse(a, ev, m)
+    for m in analysed(a, dec.wd, finished):
+        r = analyse(a, dec, m)
         if r is not None:
-            save_json(ev.wd.path("gap_analysis", f"{m.name}.json"), r)
+            save_json(dec.wd.path("gap_analysis", f"{m.name}.json"), r)
             out[m.name] = r
     return out
 

@@ -129,7 +129,7 @@ def _check_speed_lengths(a):
 
 
 def check_decoded(a, data, key, lines):
-    """Every test document has a hypothesis in fairseq-generate's output LINES (evaluation.generate_lines)."""
+    """Every test document has a hypothesis in fairseq-generate's output LINES (decoding.generate_lines)."""
     expected = data_lengths(a, data, ("test",))["test"]["sentences"]
     decoded = sorted(lines["D"])
     if decoded != list(range(expected)):

@@ -5,7 +5,8 @@ import signal
 import time
 
 from . import corpus, lengths, training
-from .evaluation import Evaluation, distinct_outputs, lead_baseline, same_hypotheses, significance
+from .analyses import Analyses, layer_sparsity, valid_curve
+from .decoding import Decoding, distinct_outputs, lead_baseline, same_hypotheses, significance
 from .methods import BY_NAME, CONTROL_OF, METHODS, STEP_SUMMARY, STEPS, updates_of
 from .option_checks import parse_args
 from .options import fail
@@ -26,7 +27,8 @@ class Recipe:
         self.a = args
         self.wd = WorkDir(args.work_dir, quiet=args.quiet, threads=args.threads)
         self.data = os.path.abspath(args.data_bin) if args.data_bin else self.wd.path("data-bin")
-        self.ev = Evaluation(args, self.wd, self.data)
+        self.dec = Decoding(args, self.wd, self.data)
+        self.analyses = Analyses(self.dec)
         self.lengths = None
 
     def fit(self):
@@ -49,14 +51,14 @@ class Recipe:
         elif name == "report":
             self.report()
         elif name == "gap_analysis":
-            gap_analysis(self.a, self.ev, [m.name for m in METHODS if self.done(m)])
+            gap_analysis(self.a, self.dec, [m.name for m in METHODS if self.done(m)])
         elif name == "importance":
             training.importance(self.a, self.wd, self.data)
-            self.ev.evaluate(BY_NAME[name])
+            self.analyses.evaluate(BY_NAME[name])
         else:
             training.train(self.a, self.wd, self.data, BY_NAME[name])
-            self.ev.evaluate(BY_NAME[name])
-            decode_budget_points(self.a, self.ev, BY_NAME[name])
+            self.analyses.evaluate(BY_NAME[name])
+            decode_budget_points(self.a, self.dec, BY_NAME[name])
 
     def done(self, m):
         """Whether method M's model is complete."""
@@ -72,7 +74,7 @@ class Recipe:
     def results(self):
         """results.json's content: every finished model's evaluation and analyses, speed, plots, commands."""
         finished = [m for m in METHODS if self.done(m)]
-        rows = {m.name: self.ev.evaluate(m) for m in finished if m.decoding != "curve"}
+        rows = {m.name: self.analyses.evaluate(m) for m in finished if m.decoding != "curve"}
         if "baseline" not in rows:
             fail("report: the baseline is not trained yet (run --steps baseline first)")
         speed_rows, noise = speed_results(self.wd)
@@ -81,9 +83,10 @@ class Recipe:
                                   "distinct_outputs": distinct_outputs(r)} for n, r in rows.items()},
                    "lead": lead_baseline(self.a, rows["baseline"]),
                    "significance": significance(self.a, rows, CONTROL_OF),
-                   "heads": {m.name: self.ev.heads_kept(m.name) for m in reported if m.heads_cut_out(self.a)},
-                   "attention": {m.name: self.ev.attention_analysis(m.name) for m in reported if m.attention_analysed},
-                   "curve": self.ev.curve_points() if any(m.decoding == "curve" for m in finished) else [],
+                   "heads": {m.name: self.dec.heads_kept(m.name) for m in reported if m.heads_cut_out(self.a)},
+                   "attention": {m.name: self.analyses.attention_analysis(m.name)
+                                 for m in reported if m.attention_analysed},
+                   "curve": self.analyses.curve_points() if any(m.decoding == "curve" for m in finished) else [],
                    "speed": [{"what": w, "ratio": r, "note": n} for w, r, n in speed_rows], "noise": noise,
                    "settings": vars(self.a), "lengths": self.fit(),
                    "stopped": {m.name: load_json(self.wd.path(m.name, "stopped.json"))
@@ -93,10 +96,10 @@ class Recipe:
                    "converged": self.converged(rows), "gap_analysis": kept_results(self.wd)}
         for m in reported:
             if m.full_memory:
-                results[f"{m.name}_exact"] = same_hypotheses(rows[m.name], self.ev.full_memory(m))
+                results[f"{m.name}_exact"] = same_hypotheses(rows[m.name], self.dec.full_memory(m))
             if m.decoding == "layered":
-                results[f"{m.name}_layer_sparsity"] = self.ev.layer_sparsity(m.name)
-        results["budget"] = budget_rows(self.a, self.ev, rows)
+                results[f"{m.name}_layer_sparsity"] = layer_sparsity(self.wd, m.name)
+        results["budget"] = budget_rows(self.a, self.dec, rows)
         if results["budget"]:
             plot_gap(self.wd, results["budget"], metric_name(self.a))
         results["plots"] = plots_in(self.wd.work)
@@ -110,7 +113,7 @@ class Recipe:
             return {}
         return {"control_gain": round(rows["control"]["score"] - rows["baseline"]["score"], 2),
                 "finetune_updates": self.a.finetune_updates,
-                "baseline_valid_curve": self.ev.valid_curve("baseline")[-4:]}
+                "baseline_valid_curve": valid_curve(self.wd, "baseline")[-4:]}
 
     def report(self):
         """WORK/results.json, then WORK/REPORT.md rendered from it alone."""

@@ -5,7 +5,7 @@ import os
 import shutil
 
 from . import commands
-from .evaluation import generate_lines
+from .decoding import generate_lines
 from .options import SPLITS
 
 SEQKD_BEAM = 5

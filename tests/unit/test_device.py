@@ -10,7 +10,7 @@ import torch
 
 from fairseq_sparse.cli import common
 from fairseq_sparse.recipe import commands, speed
-from fairseq_sparse.recipe.evaluation import Evaluation
+from fairseq_sparse.recipe.decoding import Decoding
 from fairseq_sparse.recipe.option_checks import parse_args
 from fairseq_sparse.recipe.options import get_parser
 from fairseq_sparse.recipe.methods import BY_NAME
@@ -73,13 +73,13 @@ def test_recipe_commands_follow_the_device(cuda):
     assert commands.decoding_flags(a)[4:6] == ["--device", "cuda"]
     assert "--device" in commands.attention_analysis(a, "bin", "l0drop")
     assert speed.timing_flags(a)[:4] == ["--device", "cuda", "--clock", "wall"]
-    assert Evaluation(a, None, "bin").decoding_settings()["device"] == "cuda"
+    assert Decoding(a, None, "bin").decoding_settings()["device"] == "cuda"
     a = get_parser().parse_args(RECIPE + ["--device", "cpu"])
     assert all("--cpu" in cmd for cmd in (commands.generate(a, "bin", "l0drop", "x.pt"),
                                            commands.generate_train_shard(a, "bin", 5, 0, 2),
                                            commands.common_train_flags(a)))
     assert speed.timing_flags(a)[:6] == ["--device", "cpu", "--threads", "1", "--clock", "cpu"]
-    assert "device" not in Evaluation(a, None, "bin").decoding_settings()  # CPU decodings keep their cache key
+    assert "device" not in Decoding(a, None, "bin").decoding_settings()  # CPU decodings keep their cache key
 
 
 def test_recipe_refuses_cuda_without_a_gpu_in_one_line(cuda, capsys):

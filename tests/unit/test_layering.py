@@ -236,7 +236,7 @@ def package_graph():
 
 def test_no_import_cycle_in_the_package():
     graph = package_graph()
-    assert "fairseq_sparse.recipe.commands" in graph["fairseq_sparse.recipe.evaluation"]  # the graph is read
+    assert "fairseq_sparse.recipe.commands" in graph["fairseq_sparse.recipe.decoding"]  # the graph is read
     cycles = import_cycles(graph)
     assert not cycles, "import cycles (imports in functions counted):\n" + "\n".join(" -> ".join(c) for c in cycles)
 

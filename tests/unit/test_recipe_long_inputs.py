@@ -209,16 +209,16 @@ def test_decoding_settings_reach_every_fairseq_generate():
 
 
 def test_decoding_settings_key_the_cache_only_where_they_differ_from_fairseqs():
-    from fairseq_sparse.recipe.evaluation import Evaluation
+    from fairseq_sparse.recipe.decoding import Decoding
 
     base = parsed("--corpus", "c", "-s", "en", "-t", "de")
     assert decoding_changes(base) == {}  # results decoded before these options keep their key
-    ev = Evaluation(base, None, "bin")
-    assert set(ev.decoding_settings()) == {"beam", "batch_size", "metric", "tokenizer", "bpe", "overrides"}
+    dec = Decoding(base, None, "bin")
+    assert set(dec.decoding_settings()) == {"beam", "batch_size", "metric", "tokenizer", "bpe", "overrides"}
     changed = parsed("--corpus", "c", "-s", "en", "-t", "de", "--lenpen", "0.6", "--no-repeat-ngram-size", "3")
     # n-gram blocking also names the plugin's blocker: decodings cached while fairseq's blocked nothing are stale
-    assert Evaluation(changed, None, "bin").decoding_settings() == dict(
-        ev.decoding_settings(), lenpen=0.6, no_repeat_ngram_size=3, ngram_blocking="fairseq's kernel rule")
+    assert Decoding(changed, None, "bin").decoding_settings() == dict(
+        dec.decoding_settings(), lenpen=0.6, no_repeat_ngram_size=3, ngram_blocking="fairseq's kernel rule")
 
 
 def test_the_report_states_truncation_positions_and_decoding():
@@ -273,7 +273,7 @@ def test_a_brought_baseline_must_hold_the_longest_test_document(tmp_path, monkey
 def test_rouge_rows_get_a_paired_test_against_their_control():
     """With --metric rouge every model against its control gets the paired bootstrap over documents (the BLEU
     runs keep sacrebleu's), and the report names the test."""
-    from fairseq_sparse.recipe.evaluation import significance
+    from fairseq_sparse.recipe.decoding import significance
     from fairseq_sparse.recipe.report import test_name
 
     a = parsed("--corpus", "c", "-s", "en", "-t", "de", "--metric", "rouge")

@@ -7,7 +7,8 @@ import os
 import pytest
 
 from fairseq_sparse.recipe import commands, methods
-from fairseq_sparse.recipe.evaluation import Evaluation
+from fairseq_sparse.recipe.analyses import layer_sparsity
+from fairseq_sparse.recipe.decoding import Decoding
 from fairseq_sparse.recipe.options import get_parser
 from fairseq_sparse.recipe.report import render
 from fairseq_sparse.recipe.workdir import WorkDir, progress_line
@@ -249,17 +250,17 @@ def test_progress_lines_are_read_from_fairseqs_json_log():
 
 def test_layer_sparsity_and_heads_kept_read_the_tools_json(tmp_path):
     wd = WorkDir(str(tmp_path))
-    ev = Evaluation(options("--heads", "4"), wd, "bin")
+    dec = Decoding(options("--heads", "4"), wd, "bin")
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "composed.log").write_text(
         '1 | INFO | valid | {"valid_l0drop_sparsity": "0.2", "valid_num_updates": "10"}\n'
         '2 | INFO | valid | {"valid_l0drop_sparsity": "0.5", "valid_l0drop_layer1_sparsity": "0.25", '
         '"valid_loss": "3"}\n')
-    assert list(ev.layer_sparsity("composed").items()) == [("l0drop_layer1", 0.25), ("l0drop", 0.5)]
+    assert list(layer_sparsity(wd, "composed").items()) == [("l0drop_layer1", 0.25), ("l0drop", 0.5)]
     (tmp_path / "heads_all").mkdir()
     (tmp_path / "heads_all" / "pruned.kept_heads.json").write_text(json.dumps(
         {"enc": [[0, 1], [2]], "dec": [[0, 1, 2, 3], []], "encdec": [[1], [0, 3]]}))
-    assert ev.heads_kept("heads_all") == {"kept": {"enc": 3, "dec": 4, "encdec": 3}, "total": (10, 24)}
+    assert dec.heads_kept("heads_all") == {"kept": {"enc": 3, "dec": 4, "encdec": 3}, "total": (10, 24)}
 
 
 def _results():
@@ -298,7 +299,7 @@ def test_report_is_a_function_of_results_json_alone(tmp_path, monkeypatch):
 
 def test_exactness_counts_the_sentences_that_differ():
     """One flipped beam-search tie is reported as one sentence, by its line, not as the whole test set."""
-    from fairseq_sparse.recipe.evaluation import same_hypotheses
+    from fairseq_sparse.recipe.decoding import same_hypotheses
     from fairseq_sparse.recipe.report import exactness_lines
 
     pruned = {"hypotheses": [["a b", -1.0], ["c d", -2.0], ["e", -0.5]]}

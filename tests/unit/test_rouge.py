@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from fairseq_sparse.analysis.scores import corpus_score, lead, rouge155_missing, split_sentences
-from fairseq_sparse.recipe.evaluation import distinct_outputs
+from fairseq_sparse.recipe.decoding import distinct_outputs
 
 # (hypothesis, reference): one line each, several sentences, the overlaps varied (word order, stemming,
 # punctuation, numbers, hyphens, quotes, sentences swapped, dropped or added, an empty hypothesis)

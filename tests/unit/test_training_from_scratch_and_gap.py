@@ -239,7 +239,7 @@ def test_budget_points_without_checkpoints_are_said_not_silently_left_out(monkey
     a = options("--baseline-updates", "20", "--scratch-budget-points", "10,20", "--steps", "pattern_freq_scratch")
     monkeypatch.setattr(budget, "checkpoints_by_updates",
                         lambda wd, name: {20: f"{name}/checkpoint_last.pt"} if name == "pattern_freq_scratch" else {})
-    out = budget.budget_rows(a, ev=type("Evaluation", (), {"wd": None})(), rows={"baseline": {}, "pattern_freq_scratch": {}})
+    out = budget.budget_rows(a, dec=type("Decoding", (), {"wd": None})(), rows={"baseline": {}, "pattern_freq_scratch": {}})
     err = capsys.readouterr().err
     assert out == {}
     assert "budget point 10 of pattern_freq_scratch not compared: pattern_freq_scratch and baseline kept no checkpoint" in err

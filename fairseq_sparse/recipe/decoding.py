@@ -1,21 +1,23 @@
-"""Each model's test-set evaluation (fairseq-generate, every sentence) and the analyses that belong to it, every
-result cached with the identity of the checkpoints that produced it."""
+"""Each model's test-set decoding (fairseq-generate, every sentence) and its score, cached with the identity of the
+checkpoints that produced it: the checkpoint decoded for a method (heads cut out first where it has head gates), what
+fairseq-generate prints read, and decodings compared (paired bootstrap, lead baseline, same hypotheses). The analyses
+beside the scores: :mod:`.analyses`."""
 import json
 import os
 import re
-import statistics
 
 from . import commands
 from .lengths import check_decoded
-from .methods import BUDGET_DECODINGS, BY_NAME, Method
-from .options import CHAR_BOUNDARY, decoding_changes
+from .methods import BUDGET_DECODINGS, Method
+from .options import decoding_changes
 from .workdir import checkpoint_identity
 from ..analysis.scores import corpus_score, lead, scorer_identity
 from ..cli.common import kept_heads_path
 
 
-class Evaluation:
-    """The evaluations of one work dir. ``a``: the recipe's options; ``wd``: its WorkDir; ``data``: the data-bin."""
+class Decoding:
+    """The test-set decodings of one work dir. ``a``: the recipe's options; ``wd``: its WorkDir; ``data``: the
+    data-bin."""
 
     def __init__(self, a, wd, data):
         self.a, self.wd, self.data = a, wd, data
@@ -67,17 +69,6 @@ class Evaluation:
             return self.prune_heads(m.name)
         return f"{m.name}/checkpoint_last.pt"
 
-    def evaluate(self, m: Method):
-        """The test-set evaluation of M (and the analyses that belong to it)."""
-        if m.decoding == "curve":
-            return self.curve_points()
-        row = self.generate(m.name, self.checkpoint(m))
-        if m.full_memory:
-            self.full_memory(m)
-        if m.attention_analysed:
-            self.attention_analysis(m.name)
-        return row
-
     def at_updates(self, m: Method, updates, checkpoints):
         """(key, checkpoint) of M's decoding after UPDATES updates: M's own evaluation where its last checkpoint
         has those updates (the same weights, decoded once), else CHECKPOINTS[UPDATES] ({updates: checkpoint}),
@@ -108,103 +99,6 @@ class Evaluation:
             spec = json.load(f)
         kept = {t: sum(len(layer) for layer in layers) for t, layers in spec.items()}
         return {"kept": kept, "total": (sum(kept.values()), sum(self.a.heads * len(layers) for layers in spec.values()))}
-
-    def validations(self, name):
-        """Every validation of NAME's fairseq-train log (JSON lines), in order: fairseq's valid_* statistics."""
-        found = []
-        with open(self.wd.path("logs", f"{name}.log")) as f:
-            for line in f:
-                head, _, body = line.partition("| {")
-                if "| valid " in head and body:
-                    found.append(json.loads("{" + body))
-        return found
-
-    def valid_curve(self, name):
-        """[(updates, valid loss, valid BLEU or None)] of NAME's validations: how far from converged it stopped."""
-        return [(int(v["valid_num_updates"]), float(v["valid_loss"]),
-                 float(v["valid_bleu"]) if "valid_bleu" in v else None) for v in self.validations(name)]
-
-    def layer_sparsity(self, name):
-        """Cumulative share of source states pruned after each gated encoder layer and at the output, from the
-        last validation of NAME's fairseq-train log (JSON lines)."""
-        validations = self.validations(name)
-        if not validations:
-            return {}
-        valid = validations[-1]
-        found = {k[len("valid_"):-len("_sparsity")]: float(v) for k, v in valid.items()
-                 if re.fullmatch(r"valid_l0drop(_layer\d+)?_sparsity", k)}
-        return dict(sorted(found.items(), key=lambda kv: (kv[0] == "l0drop", kv[0])))
-
-    def attention_analysis(self, name):
-        """fairseq-sparse-attention-analysis of NAME's last checkpoint on the test split (teacher forced):
-        entropy and max weight per layer and head, AER with --gold-alignments, kept vs pruned with L0Drop."""
-        def compute():
-            self.wd.run("report", commands.attention_analysis(self.a, self.data, name), f"attention.{name}.log")
-            with open(self.wd.path(name, "attention", "attention.json")) as f:
-                result = json.load(f)
-            layers = result["layers"]
-            row = {"entropy": statistics.mean(r["entropy_heads"] for r in layers),
-                   "max_weight": statistics.mean(r["max_weight"] for r in layers),
-                   "aer": result["align"]["aer"] if self.a.gold_alignments else None}
-            if "l0drop" in result:
-                words = self.pruned_tokens(self.wd.path(name, "attention", "l0drop_tokens.tsv"))
-                if self.a.char_level:
-                    from ..analysis.token_types import pruned_by_position
-
-                    positions = pruned_by_position(words, CHAR_BOUNDARY, bins=5)
-                    row["char_positions"], row["char_boundary"] = positions.rows(), positions.boundary()
-                else:
-                    row["token_types"] = self.pruned_token_types(words)
-            return row
-
-        return self.wd.cached(f"attention.{name}", [f"{name}/checkpoint_last.pt"], compute,
-                              {"gold": self.a.gold_alignments, "bpe": bool(self.a.bpe_merges),
-                               **({"char_level": True} if self.a.char_level else {})})
-
-    @staticmethod
-    def pruned_tokens(tokens_tsv):
-        """[(sentence id, [(source piece, pruned)])] from the attention analysis's per-token table."""
-        sentences = {}
-        with open(tokens_tsv) as f:
-            header = next(f).rstrip("\n").split("\t")
-            for line in f:
-                r = dict(zip(header, line.rstrip("\n").split("\t")))
-                sentences.setdefault(int(r["id"]), []).append((int(r["position"]), r["token"], bool(int(r["pruned"]))))
-        return [(sid, [(tok, p) for _, tok, p in sorted(s) if tok not in ("</s>", "<s>", "<pad>")])
-                for sid, s in sentences.items()]
-
-    def pruned_token_types(self, words):
-        """Share of each token type's source pieces that L0Drop pruned."""
-        from ..analysis import token_types as tt
-
-        function_words = (tt.read_function_words(self.a.function_words) if self.a.function_words
-                          else tt.ENGLISH_FUNCTION_WORDS)
-        by_type = tt.pruned_by_type(words, "@@" if self.a.bpe_merges else None, function_words)
-        return {t: {"tokens": by_type.count[t], "pruned": by_type.pruned[t], "share": share}
-                for t, share in by_type.shares().items()}
-
-
-    def curve_points(self):
-        """fairseq-sparse-sparsity-curve over the curve's checkpoints, and the control's score at the same updates."""
-        from ..analysis.sparsity_curve import saved_checkpoints
-        from ..checkpoint_safety import read_state, state_updates
-
-        curve_dir = self.wd.path("curve")
-        self.wd.produced("curve/curve.tsv", [os.path.relpath(c, self.wd.work) for c in saved_checkpoints(curve_dir)],
-                         lambda: self.wd.run("report", commands.sparsity_curve(self.a, self.data), "curve_tool.log"))
-        with open(self.wd.path("curve", "curve.tsv")) as f:
-            header, *lines = [l.rstrip("\n").split("\t") for l in f]
-        points = [dict(zip(header, l)) for l in lines]
-        control = {state_updates(read_state(c)): os.path.relpath(c, self.wd.work)
-                   for c in saved_checkpoints(self.wd.path("control"))}
-        # the tool's BLEU is sacrebleu on the tokens: the report's own score when the corpus is tokenised already
-        tools_score = self.a.tokenizer == "none" and self.a.metric == "bleu"
-        for p in points:
-            u = int(float(p["updates"]))
-            p["score"] = float(p["bleu"]) if tools_score else self.generate(f"curve@{u}", p["checkpoint"])["score"]
-            if u in control:
-                p["control_score"] = self.generate(*self.at_updates(BY_NAME["control"], u, control))["score"]
-        return points
 
 
 def decode_seconds(out):
