@@ -44,11 +44,6 @@ setup(
             "fairseq-sparse-pos-tags = fairseq_sparse.cli.pos_tags:cli_main",
             "fairseq-sparse-recipe = fairseq_sparse.recipe.main:cli_main",
             "fairseq-sparse-export = fairseq_sparse.cli.export:cli_main",
-            # the names of earlier releases, still working
-            "fairseq-sparse-gates = fairseq_sparse.cli.l0drop_gates:cli_main",
-            "fairseq-sparse-corpus = fairseq_sparse.synthetic_corpus:main",
-            "fairseq-sparse-heads = fairseq_sparse.cli.head_importance:cli_main",
-            "fairseq-sparse-attention = fairseq_sparse.cli.attention_analysis:cli_main",
         ]
     },
 )

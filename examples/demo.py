@@ -1,5 +1,5 @@
 """The offline demo (``scripts/demo.sh``): every method family of the five papers on one synthetic corpus, in
-minutes on a 2-core CPU, through ``examples/recipe.py`` (the same steps and report as on a real corpus).
+minutes on a 2-core CPU, through the recipe (``fairseq-sparse-recipe``: the same steps and report as on a real corpus).
 
     scripts/demo.sh            # = .venv/bin/python examples/demo.py            -> demo_out/REPORT.md
     scripts/demo.sh --full     # larger corpus, model and budgets, every step   -> demo_out_full/REPORT.md
@@ -118,7 +118,7 @@ def main(argv=None):
     raw = os.path.join(work, "corpus")
     os.makedirs(work, exist_ok=True)
     gold, function_words = make_corpus(raw, corpus_options)
-    recipe_cmd = [sys.executable, os.path.join(HERE, "recipe.py"), "--corpus", raw, "-s", "src", "-t", "tgt",
+    recipe_cmd = [sys.executable, "-m", "fairseq_sparse.recipe.main", "--corpus", raw, "-s", "src", "-t", "tgt",
                   "--work-dir", work, "--tokenizer", "none", "--bpe-merges", "0", "--threads", "1",
                   "--gold-alignments", gold, "--function-words", function_words, "--seed", str(a.seed)] \
         + recipe_options + extra

@@ -2,7 +2,7 @@
 argmax extraction, cumulative coverage (Yang et al. 2020), and the corpus sums of all three.
 
 Pure functions over Python sets and numpy arrays (no torch, no fairseq), used by
-:mod:`fairseq_sparse.analysis.attention` (``fairseq-sparse-attention``) and the head analysis.
+:mod:`fairseq_sparse.analysis.attention` (``fairseq-sparse-attention-analysis``) and the head analysis.
 
 Conventions
 -----------

@@ -4,7 +4,7 @@ L0Drop analyses of Zhang, Titov & Sennrich (2021), Figs. 1, 7 and 8.
 A teacher-forced pass (the reference targets as decoder input) is recorded with
 :class:`~fairseq_sparse.modules.attention_capture.HeadAttentionRecorder`; :func:`analyse_samples` runs it over
 batches and hands every sentence to :func:`analyse_sentence`, which adds it to an :class:`AttentionStats`;
-:func:`summarise` turns the corpus sums into the result dict of ``fairseq-sparse-attention``.
+:func:`summarise` turns the corpus sums into the result dict of ``fairseq-sparse-attention-analysis``.
 
 Per decoder layer, on the attention of every reference target token (final EOS included) over all source
 positions (EOS included):
@@ -20,7 +20,7 @@ receives, averaged over the heads and layers and summed over the target words (F
 excluded), and the entropy of its row of the last encoder self-attention layer (Fig. 8).
 
 The gate of every source token and the sparsity per token type (Zhang, Titov & Sennrich 2021, Sec. 6), for
-``fairseq-sparse-gates``: :func:`source_token_gates`, :func:`token_sparsity`.
+``fairseq-sparse-l0drop-gates``: :func:`source_token_gates`, :func:`token_sparsity`.
 """
 import math
 from typing import Iterable, Iterator, List, Optional, Sequence, Tuple

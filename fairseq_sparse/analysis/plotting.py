@@ -211,7 +211,7 @@ def plot_pruned_positions(series, path: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------------
-# encoder-decoder attention: fairseq-sparse-attention (alignment per layer: Yang et al. 2020, Fig. 4;
+# encoder-decoder attention: fairseq-sparse-attention-analysis (alignment per layer: Yang et al. 2020, Fig. 4;
 # L0Drop kept vs pruned: Zhang, Titov & Sennrich 2021, Figs. 1/7/8)
 
 

@@ -26,7 +26,7 @@ LAG_TOLERANCE = 0.1
 #: ... this many target warm-ups into training is reported (once per key)
 LAG_CHECK_AFTER = 2
 #: the study in which every gate trained from scratch closed and none reopened (the all-closed warning cites it)
-FROM_SCRATCH_REPORT = "reports/2026-11-26-l0drop-from-scratch/README.md"
+FROM_SCRATCH_DOCS = "docs/recipe.md#sparse-from-scratch-a-continued-fine-tuning-and-the-data-axis"
 
 
 class SparsityConfigError(ValueError, RuntimeError):
@@ -86,7 +86,7 @@ class SparsitySteering:
     def test_time_closed(self, model, sample) -> Dict[str, torch.Tensor]:
         """{controlled L0Drop key: source states the test-time gates g_hat close on this batch}. In training
         the gates read encoder states with dropout, and on small data dropout alone moved the share of g_hat = 0
-        by 2-5 points (reports/2026-11-25-controller-small-data/README.md); decoding runs without it. So the
+        by 2-5 points (docs/training-options.md#target-sparsity); decoding runs without it. So the
         encoder reruns on the batch in eval mode (no dropout, gradients or random draws) and the controller steers
         that share: what fairseq-generate will prune. Head gates read no input: nothing to redo."""
         encoder = getattr(model, "encoder", None)
@@ -132,11 +132,11 @@ class SparsitySteering:
                           if self.controller is not None and key in self.controller.targets else None)
                 advice = ("Lower the target sparsity or lambda if this is not what you want; from scratch, gates "
                           "close while the model does not yet use its source, and closed gates do not reopen "
-                          f"({FROM_SCRATCH_REPORT}): fine-tune from a trained model (--finetune-from-model)."
+                          f"({FROM_SCRATCH_DOCS}): fine-tune from a trained model (--finetune-from-model)."
                           if target is None or target >= ALL_CLOSED else
                           f"The target is {target:.2f} now: the controller overshot, as it does when the gates "
                           "cannot follow while the model is still learning (a target from scratch closed every "
-                          f"L0Drop gate at once, and so did a ramped fixed lambda, {FROM_SCRATCH_REPORT}); fine-tune "
+                          f"L0Drop gate at once, and so did a ramped fixed lambda, {FROM_SCRATCH_DOCS}); fine-tune "
                           "from a trained model (--finetune-from-model).")
                 logger.warning("!!! %s: %d of %d gated units are closed (g_hat = 0): the model has (nearly) nothing "
                                "left there. %s", key, int(closed), int(units), advice)

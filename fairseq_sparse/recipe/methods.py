@@ -218,7 +218,7 @@ def scratch_flags(flags, a):
     fixed lambda) held back until update --scratch-pressure-start, then ramped in over --scratch-pressure-ramp
     updates, so that the gates cannot close while the model is still a language model (Zhang, Titov & Sennrich
     2021 Sec. 6 ramp lambda over 200k of 300k updates; pressure from update 0 closed every gate here,
-    reports/2026-11-26-l0drop-from-scratch). Rule-based patterns drop their states from update 0."""
+    docs/recipe.md#sparse-from-scratch-a-continued-fine-tuning-and-the-data-axis). Rule-based patterns drop their states from update 0."""
     flags = list(flags)
     if not any(f in flags for f in PRESSURE_OPTIONS):
         return flags

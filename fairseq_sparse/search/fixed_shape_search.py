@@ -24,7 +24,7 @@ run and fairseq's own search elsewhere (on the CPU; models whose state a graph c
 that is replaced rather than updated in place, such as coverage attention), the reason logged once (n-gram blocking
 runs inside the captured step: ``patches/ngram_block.py``): without the graph a step of fixed shape only costs more, since it
 keeps computing the rows of finished sentences that fairseq's search drops (0.78x fairseq-generate on the CPU, a trained checkpoint:
-reports/2026-11-27-fixed-shape-search-cpu-trained).
+docs/fixed-shape-search.md#speed).
 """
 import functools
 import hashlib

@@ -1,6 +1,6 @@
 """Word alignment from attention (AER, SAER of Zhang, Zhao, Li & Zong 2019 Eq. 23, argmax extraction, subword
 merging, cumulative coverage of Yang et al. 2020 Eq. 2) on hand-made inputs whose answers are computed by hand, and
-the fairseq-sparse-attention console tool end to end (stock transformer with the synthetic corpus's
+the fairseq-sparse-attention-analysis console tool end to end (stock transformer with the synthetic corpus's
 true word alignment as gold; L0Drop model with the Zhang, Titov & Sennrich 2021
 Fig. 1/7/8 analyses).
 Here the tests that train or run console scripts; the pure ones are in tests/unit/test_alignment.py."""
@@ -27,7 +27,7 @@ from helpers.analysis import read_tsv, write, write_gold
 def test_console_tool_on_the_stock_transformer(stock_transformer_ckpt, corpus, tmp_path):
     gold, src, tgt = write_gold(corpus, tmp_path)
     out = tmp_path / "out"
-    proc = run([console("fairseq-sparse-attention"), corpus["bin"], "--path", stock_transformer_ckpt,
+    proc = run([console("fairseq-sparse-attention-analysis"), corpus["bin"], "--path", stock_transformer_ckpt,
                 "--output-dir", str(out), "--gold", gold, "--batch-size", "16", "--no-progress-bar"],
                console=True)
     for name in ("layers.tsv", "heads.tsv", "attention.json", "alignment.txt", "layers.png",
@@ -139,7 +139,7 @@ def test_bad_gold_fails_before_any_output(stock_transformer_ckpt, corpus, tmp_pa
 def test_console_tool_on_l0drop(l0drop_ckpt, stock_transformer_ckpt, corpus, tmp_path):
     gold, src, tgt = write_gold(corpus, tmp_path)
     out = tmp_path / "out"
-    proc = run([console("fairseq-sparse-attention"), corpus["bin"], "--path", l0drop_ckpt, "--output-dir", str(out),
+    proc = run([console("fairseq-sparse-attention-analysis"), corpus["bin"], "--path", l0drop_ckpt, "--output-dir", str(out),
                 "--gold", gold, "--no-progress-bar", "--example-maps", "2"])
     for name in ("l0drop_attention.png", "l0drop_entropy.png", "l0drop_tokens.tsv", "layers.tsv", "example_0.png",
                  "example_1.png"):

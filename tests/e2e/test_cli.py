@@ -382,11 +382,11 @@ def test_bad_input_fails_early_and_keeps_existing_checkpoint(case, corpus, reque
 
 
 # ----------------------------------------------------------------------------------------------
-# fairseq-sparse-gates: the gate of every source token
+# fairseq-sparse-l0drop-gates: the gate of every source token
 
 
 def gates_cmd(data, ckpt, gates_output, extra=()):
-    return [console("fairseq-sparse-gates"), data, "--user-dir", USER_DIR, "--path", str(ckpt), "--gen-subset",
+    return [console("fairseq-sparse-l0drop-gates"), data, "--user-dir", USER_DIR, "--path", str(ckpt), "--gen-subset",
             "test", "--gates-output", str(gates_output), "--cpu", "--batch-size", "16"] + IN_PROCESS_LOADER \
         + list(extra)
 

@@ -1,5 +1,5 @@
 """Head importance, ablation and pruning curves (paper 003, Michel et al. 2019): the library
-(fairseq_sparse.analysis.head_importance) on a real loaded checkpoint, and the console tool fairseq-sparse-heads.
+(fairseq_sparse.analysis.head_importance) on a real loaded checkpoint, and the console tool fairseq-sparse-head-importance.
 
 Checks: dL/dxi_h from autograd equals a central finite difference (batch and per-sentence masks); the
 per-sentence estimate is independent of the batch size; per-layer l2 normalisation; masking none
@@ -184,7 +184,7 @@ def _reference_bleu(loaded, n=20, beam=2):
 
 def test_prune_curve_console_end_to_end(corpus, stock_transformer_ckpt, loaded, tmp_path):
     out, mask = tmp_path / "out", tmp_path / "mask.json"
-    run([console("fairseq-sparse-heads"), "prune-curve", corpus["bin"], "--path", stock_transformer_ckpt,
+    run([console("fairseq-sparse-head-importance"), "prune-curve", corpus["bin"], "--path", stock_transformer_ckpt,
          "--output-dir", str(out), "--importance-max-sentences", "24", "--modes", "all", "encdec",
          "--write-mask", str(mask), "--prune-fraction", "0.5", "--no-progress-bar"] + EVAL, console=True)
     for f in ["curve.tsv", "curve.json", "curve.png", "importance.tsv", "importance.json",

@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from conftest import refused_in_process, run
-from helpers.recipe import RECIPE, SHIM, TINY, recipe
+from helpers.recipe import MODULE, RECIPE, TINY, recipe
 
 
 def test_recipe_on_a_tokenised_corpus_without_bpe(raw_corpus, tmp_path):
@@ -155,7 +155,7 @@ def test_results_follow_the_checkpoint_that_produced_them(raw_corpus, baseline_w
                                                                  "--threads", "1"]).stdout
     first = json.loads((work / "results" / "control.json").read_text())["produced_by"]
     assert first["checkpoints"]["control/checkpoint_last.pt"]["updates"] == 20
-    proc = run(SHIM + ["--corpus", str(raw_corpus), "-s", "en", "-t", "de", "--work-dir", str(work)] + TINY
+    proc = run(MODULE + ["--corpus", str(raw_corpus), "-s", "en", "-t", "de", "--work-dir", str(work)] + TINY
                + ["--finetune-updates", "30", "--steps", "control,report", "--threads", "1"])
     assert "fairseq-generate" in proc.stdout  # decoded again
     again = json.loads((work / "results" / "control.json").read_text())["produced_by"]

@@ -2,7 +2,7 @@
 
 fairseq-train --arch transformer_simplified_decoder from scratch and fine-tuned from a stock
 checkpoint, plain fairseq-generate, fairseq-sparse-prune-heads on a simplified model with head gates
-(the export decodes the same hypotheses), fairseq-sparse-attention (per-layer AER, cumulative
+(the export decodes the same hypotheses), fairseq-sparse-attention-analysis (per-layer AER, cumulative
 coverage) on simplified and sem-tem-ifm checkpoints, and bad layout options refused before training
 with the save directory left as it was.
 """
@@ -98,7 +98,7 @@ def sem_tem_ifm_ckpt(stock_ckpt, path):
 
 
 def attention_tool(data, ckpt, gold, out):
-    return run([console("fairseq-sparse-attention"), data, "--path", ckpt, "--output-dir", str(out), "--gold", gold,
+    return run([console("fairseq-sparse-attention-analysis"), data, "--path", ckpt, "--output-dir", str(out), "--gold", gold,
                 "--batch-size", "32", "--no-progress-bar", "--cpu"], env=ENV)
 
 

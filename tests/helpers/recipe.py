@@ -1,4 +1,4 @@
-"""fairseq-sparse-recipe: its console script, the former entry point examples/recipe.py, the tiny settings and a run
+"""fairseq-sparse-recipe: its console script and its module (how the demo runs it), the tiny settings and a run
 of it (the raw corpus it reads: the raw_corpus fixture of conftest.py)."""
 import os
 import random
@@ -8,7 +8,7 @@ from conftest import REPO, console, run
 
 
 RECIPE = [console("fairseq-sparse-recipe")]
-SHIM = [sys.executable, os.path.join(REPO, "examples", "recipe.py")]  # the former entry point, kept working
+MODULE = [sys.executable, "-m", "fairseq_sparse.recipe.main"]  # the same command, as examples/demo.py runs it
 TINY = ["--layers", "2", "--embed-dim", "32", "--ffn-dim", "64", "--heads", "2", "--bpe-merges", "100",
         "--baseline-updates", "40", "--warmup-updates", "10", "--finetune-updates", "20", "--curve-updates", "10",
         "--curve-targets", "0.3,0.6", "--beam", "2", "--max-tokens", "2000", "--baseline-patience", "0"]

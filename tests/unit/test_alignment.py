@@ -1,6 +1,6 @@
 """Word alignment from attention (AER, SAER of Zhang, Zhao, Li & Zong 2019 Eq. 23, argmax extraction, subword
 merging, cumulative coverage of Yang et al. 2020 Eq. 2) on hand-made inputs whose answers are computed by hand, and
-the fairseq-sparse-attention console tool end to end (stock transformer with the synthetic corpus's
+the fairseq-sparse-attention-analysis console tool end to end (stock transformer with the synthetic corpus's
 true word alignment as gold; L0Drop model with the Zhang, Titov & Sennrich 2021
 Fig. 1/7/8 analyses).
 Here the pure tests; those that train or run console scripts are in tests/e2e/test_alignment_e2e.py."""

@@ -130,7 +130,7 @@ OLD_NAMES = re.compile(r"fairseq-sparse-(gates|corpus|heads|attention)(?![-\w])"
 @pytest.mark.parametrize("tool", ["head_importance", "prune_heads", "probe", "attention_analysis",
                                   "head_analysis", "sparsity_curve"])
 def test_help_uses_the_current_tool_names(tool):
-    """The epilogs of head-importance and prune-heads named fairseq-sparse-heads (an alias of earlier releases)."""
+    """The epilogs of head-importance and prune-heads named fairseq-sparse-heads (an alias of earlier releases, gone)."""
     import importlib
 
     module = importlib.import_module(f"fairseq_sparse.cli.{tool}")

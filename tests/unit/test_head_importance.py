@@ -1,5 +1,5 @@
 """Head importance, ablation and pruning curves (paper 003, Michel et al. 2019): the library
-(fairseq_sparse.analysis.head_importance) on a real loaded checkpoint, and the console tool fairseq-sparse-heads.
+(fairseq_sparse.analysis.head_importance) on a real loaded checkpoint, and the console tool fairseq-sparse-head-importance.
 
 Checks: dL/dxi_h from autograd equals a central finite difference (batch and per-sentence masks); the
 per-sentence estimate is independent of the batch size; per-layer l2 normalisation; masking none

@@ -200,7 +200,7 @@ def test_lagging_sparsity_reported_once(caplog):
 def test_all_closed_warning_says_when_the_controller_overshot(caplog):
     """(Nearly) every gate closed: once per key; where a target asks for less, the warning says the controller
     overshot and how to start instead (a target from scratch did this,
-    reports/2026-11-26-l0drop-from-scratch/README.md); under a fixed lambda it says to lower it."""
+    docs/recipe.md, from scratch); under a fixed lambda it says to lower it."""
     from fairseq_sparse.modules.sparsity import SparsityCount, SparsityTerm
 
     def terms(closed):
