@@ -19,7 +19,8 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if device_error(args.device):  # one line, not the usage: the machine, not the command, lacks something
         fail(device_error(args.device))
-    for check in (_check_langs, _check_ranges, _check_decoding, _check_lists, _check_files, _check_scorer):
+    for check in (_check_langs, _check_ranges, _check_training, _check_decoding, _check_lists, _check_steps_and_types,
+                  _check_files, _check_scorer):
         message = check(args)
         if message:
             p.error(message)
@@ -124,7 +125,6 @@ def _check_ranges(a):
     for name in ("encoder_layers", "decoder_layers"):
         if getattr(a, name) is not None and getattr(a, name) < 1:
             return f"--{name.replace('_', '-')} must be at least 1"
-    encoder_layers, decoder_layers = depths(a)
     for name in ("bpe_merges", "warmup_updates", "target_warmup_updates", "threads", "baseline_patience",
                  "validate_interval_updates"):
         if getattr(a, name) < 0:
@@ -144,6 +144,12 @@ def _check_ranges(a):
         return "--l0drop-beta must be a positive number"
     if not (math.isfinite(a.l0drop_lambda) and a.l0drop_lambda >= 0):
         return "--l0drop-lambda must be a number, at least 0"
+    return None
+
+
+def _check_training(a):
+    """The training settings a run cannot honour (distillation, --seq-kd, the time bound, --amp, the model's shape
+    against the steps), as a message, or None."""
     if not 0 <= a.distill_weight <= 1:  # NaN fails too
         return "--distill-weight must lie in [0, 1]"
     if not (math.isfinite(a.distill_temperature) and a.distill_temperature > 0):
@@ -158,6 +164,7 @@ def _check_ranges(a):
         return "--amp is mixed precision on CUDA: use it with --device cuda"
     if a.embed_dim % a.heads:
         return f"--embed-dim {a.embed_dim} is not a multiple of --heads {a.heads}"
+    encoder_layers, decoder_layers = depths(a)
     between = [s for s in ("l0drop_layers", "composed") if s in a.steps.split(",")]
     if between and encoder_layers < 2:
         return (f"step {between[0]} gates the states between encoder layers: {encoder_layers} encoder layer has no "
@@ -169,7 +176,8 @@ def _check_ranges(a):
 
 
 def _check_lists(a):
-    """The first malformed comma list (targets, lengths, attention types, steps), as a message, or None."""
+    """The first malformed comma list of numbers (curve targets, lengths, budget points), or a scratch setting
+    that cannot apply, as a message, or None."""
     try:
         targets = [float(t) for t in a.curve_targets.split(",")]
         lengths = [int(n) for n in a.speed_lengths.split(",")]
@@ -205,6 +213,12 @@ def _check_lists(a):
                 "--baseline-updates (--baseline-patience 0, no --baseline-minutes)")
     if not lengths or min(lengths) < 2:
         return "--speed-lengths must be at least 2 tokens"
+    return None
+
+
+def _check_steps_and_types(a):
+    """An unknown step, or an attention type a list or a per-type --heads-target cannot have, as a message, or
+    None."""
     if not a.composed_head_gates or any(t not in ("enc", "dec", "encdec") for t in a.composed_head_gates.split(",")):
         return "--composed-head-gates: a comma list of enc, dec, encdec"
     types = a.importance_types.split(",")
