@@ -24,6 +24,22 @@ def checkpoints_by_updates(wd, name):
     return found
 
 
+def keep_budget_checkpoints(wd, name, points):
+    """After run NAME trained from scratch with --scratch-budget-points POINTS: remove its epoch and interval
+    checkpoints whose updates are no budget point (fairseq saves one at every epoch's end and every save interval,
+    all kept: 40 for a 200-update run on a small corpus, enough to fill a disk at full size); checkpoint_last.pt and
+    checkpoint_best.pt stay. Returns the names removed."""
+    from ..analysis.sparsity_curve import saved_checkpoints
+    from ..checkpoint_safety import read_state, state_updates
+
+    removed = []
+    for path in saved_checkpoints(wd.path(name)):
+        if state_updates(read_state(path)) not in points:
+            os.remove(path)
+            removed.append(os.path.basename(path))
+    return removed
+
+
 def budget_control(m):
     """The run M is compared with at each budget point: its control where that is fine-tuned too; where M's control
     is trained from scratch (simplified_control's is the simplified decoder itself) the stock control, which has had

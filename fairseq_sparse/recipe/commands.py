@@ -122,7 +122,8 @@ def scratch_budget_points(a):
 def scratch_save_flags(a):
     """With --scratch-budget-points: a checkpoint of every training from scratch at each of them, all kept (fairseq
     validates there too; with --validate-interval-updates every save is at a common divisor of both). fairseq saves
-    an epoch checkpoint instead where one falls on an epoch's end: those are kept too (train_from_scratch)."""
+    an epoch checkpoint instead where one falls on an epoch's end; once the training ends, the checkpoints at no
+    budget point go (budget.keep_budget_checkpoints)."""
     points = scratch_budget_points(a)
     if not points:
         return []

@@ -20,7 +20,7 @@ FFN_DIM = {"cpu": 512, "cuda": 1024}
 DROPOUT = {"cpu": 0.1, "cuda": 0.2}
 LR = {"cpu": 2e-3, "cuda": 1.5e-3}
 #: the study behind --finetune-updates's default
-HEAD_GATES_REPORT = "reports/2026-11-26-head-gates-two-seeds/README.md"
+QUALITY_DEFAULTS_DOCS = "docs/recipe.md#buying-quality-back"
 
 
 def depths(a):
@@ -157,7 +157,7 @@ def _budget(p):
                    help="fixed learning rate of every fine-tuning (--finetune-protocol fresh)")
     g.add_argument("--finetune-updates", type=int, default=2100,
                    help="updates of every fine-tuning and control (the default: what the quality study needed, "
-                        f"{HEAD_GATES_REPORT}: head gates in all three types came within 0.5 BLEU of their control "
+                        f"{QUALITY_DEFAULTS_DOCS}: head gates in all three types came within 0.5 BLEU of their control "
                         "on DDTP en-de, mean of two seeds, from 1,400 updates on, -0.38 at 2,000; 600: a quick look)")
     g.add_argument("--sparsity-lr", type=float, default=0.05, help="adam_sparsity's rate for gates and multipliers")
     g.add_argument("--l0drop-weight-lr", type=float, default=None,
@@ -195,8 +195,7 @@ def _methods(p):
                         "Low by default: at 3+3 x 128 on DDTP en-de L0Drop alone cost about 1 BLEU per 10 points "
                         "pruned, while the composed model's speed at 400 source tokens came "
                         "mostly from the shared memory, the cut heads and the missing decoder FFN "
-                        "(reports/2026-11-26-l0drop-gap-vs-target/README.md, "
-                        "reports/2026-11-27-composed-mild-target/README.md)")
+                        "(docs/composed.md)")
     g.add_argument("--composed-head-gates", default="enc,dec,encdec",
                    help="attention types the composed model gates (comma list of enc, dec, encdec)")
     g.add_argument("--attention-reg", choices=("entropy", "linf"), default="entropy",

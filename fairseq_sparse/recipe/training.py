@@ -4,6 +4,7 @@ import os
 import time
 
 from . import commands
+from .budget import keep_budget_checkpoints
 from .corpus import source_text
 from .methods import Method, updates_of
 from .options import SPLITS, fail
@@ -32,6 +33,8 @@ def train(a, wd, data, m: Method):
     record_timing(wd, m.name, time.time() - start, _updates(wd, m.name) - before)
     if m.start is None:
         record_stop(a, wd, m.name, out)
+        if commands.scratch_budget_points(a):
+            keep_budget_checkpoints(wd, m.name, commands.scratch_budget_points(a))
 
 
 def train_command(a, wd, data, m: Method):

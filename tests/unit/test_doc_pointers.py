@@ -125,3 +125,15 @@ DOC = """# Title
 def test_a_pointer_to_a_missing_file_or_heading_is_caught(text, bad):
     files = {"docs/a.md": DOC, "README.md": DOC, "reports/x/README.md": DOC}
     assert bool(pointer_problems("x.py:1", text, files.get)) == bad
+
+
+REPORT = re.compile(r"(?<![\w/.-])reports/20\d\d-\d\d-\d\d[\w.-]*")
+
+
+def test_no_package_string_cites_a_report():
+    """A message, --help text or docstring of the package points into the manual (docs/ anchors, which link the
+    studies), never at a reports/ folder: the studies are the project's records, a user's installed package has
+    none of them."""
+    cited = [f"{where}: {m.group(0)}" for where, text in package_strings() for m in REPORT.finditer(text)]
+    assert cited == []
+    assert REPORT.search("(reports/2026-11-26-l0drop-from-scratch/README.md)")

@@ -244,3 +244,23 @@ def test_budget_points_without_checkpoints_are_said_not_silently_left_out(monkey
     assert out == {}
     assert "budget point 10 of pattern_freq_scratch not compared: pattern_freq_scratch and baseline kept no checkpoint" in err
     assert "budget point 20 of pattern_freq_scratch not compared: baseline kept no checkpoint at update 20" in err
+
+
+def test_a_training_from_scratch_keeps_only_its_budget_points_checkpoints(tmp_path):
+    """fairseq saves a checkpoint at every epoch's end and every save interval; with --scratch-budget-points the run
+    keeps those at its budget points, its last and its best (issue 62: every epoch checkpoint was kept)."""
+    import torch
+
+    from fairseq_sparse.recipe.budget import keep_budget_checkpoints
+    from fairseq_sparse.recipe.workdir import WorkDir
+
+    run = tmp_path / "baseline"
+    run.mkdir()
+    saved = {"checkpoint1.pt": 70, "checkpoint2.pt": 140, "checkpoint_2_100.pt": 100, "checkpoint_3_200.pt": 200,
+             "checkpoint3.pt": 210, "checkpoint_last.pt": 210, "checkpoint_best.pt": 140}
+    for name, updates in saved.items():
+        torch.save({"optimizer_history": [{"num_updates": updates}]}, run / name)
+    removed = keep_budget_checkpoints(WorkDir(str(tmp_path)), "baseline", [100, 140])
+    assert sorted(removed) == ["checkpoint1.pt", "checkpoint3.pt", "checkpoint_3_200.pt"]
+    assert sorted(p.name for p in run.iterdir()) == ["checkpoint2.pt", "checkpoint_2_100.pt", "checkpoint_best.pt",
+                                                     "checkpoint_last.pt"]
