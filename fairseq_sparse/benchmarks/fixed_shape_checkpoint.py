@@ -8,7 +8,9 @@ every round). Time: the generation time fairseq-generate prints ("Translated N s
 left out) and the process's wall time, medians over rounds; the speed-up is fairseq's over the fixed-shape search's
 at the same precision. Identical: the share of sentences whose hypothesis (H- line) is fairseq fp32's. BLEU:
 sacrebleu (13a) of the D- lines against the T- lines, so pass the data's post-processing in ``--generate-args``
-(e.g. ``--remove-bpe --tokenizer moses``) to score detokenised text.
+(e.g. ``--remove-bpe --tokenizer moses``) to score detokenised text. Each decoding prints its line when it ends,
+and with ``--json`` every round is written as it ends (marked ``partial`` until the last): a run cut short keeps
+what it measured.
 
 Usage:
   python -m fairseq_sparse.benchmarks.fixed_shape_checkpoint DATA_BIN --path CKPT --generate-args "-s en -t de --remove-bpe"
@@ -93,8 +95,30 @@ def run_once(cmd):
     return wall, seconds, text["H"], text["D"], text["T"]
 
 
-def main(argv=None):
+def summary(runs, times, outputs):
+    """(sentences, one row per (precision, search)) over the rounds measured so far: median times, hypotheses
+    identical to fairseq's in fp32, BLEU, the speed-up against fairseq's search in the same precision."""
     from fairseq_sparse.analysis.scores import bleu
+
+    ref_h, _, refs = outputs[("fp32", "fairseq")]
+    ids = sorted(refs)
+    rows = []
+    for precision, search in runs:
+        h, d, _ = outputs[(precision, search)]
+        rows.append({"precision": precision, "search": search,
+                     "generate_s": statistics.median(g for _, g in times[(precision, search)]),
+                     "wall_s": statistics.median(w for w, _ in times[(precision, search)]),
+                     "identical_to_fairseq_fp32": sum(h.get(i) == ref_h.get(i) for i in ids) / len(ids),
+                     "bleu": bleu([d.get(i, "") for i in ids], [refs[i] for i in ids]),
+                     "rounds": [list(t) for t in times[(precision, search)]]})
+    for row in rows:
+        base = next(r for r in rows if r["precision"] == row["precision"] and r["search"] == "fairseq")
+        row["speedup_generate"] = base["generate_s"] / row["generate_s"]
+    return len(ids), rows
+
+
+def main(argv=None):
+    from fairseq_sparse.cli.common import write_json
 
     args = parse_args(argv)
     facts = argparse.Namespace(device=args.device, fp16=args.fp16, clock="wall")
@@ -107,21 +131,13 @@ def main(argv=None):
             wall, gen, h, d, t = run_once(command(args, r[1], r[0] == "fp16"))
             times[r].append((wall, gen))
             outputs[r] = (h, d, t)
-    ref_h, _, refs = outputs[("fp32", "fairseq")]
-    ids = sorted(refs)
-    rows = []
-    for precision, search in runs:
-        h, d, _ = outputs[(precision, search)]
-        wall = statistics.median(w for w, _ in times[(precision, search)])
-        gen = statistics.median(g for _, g in times[(precision, search)] if g is not None)
-        rows.append({"precision": precision, "search": search, "generate_s": gen, "wall_s": wall,
-                     "identical_to_fairseq_fp32": sum(h.get(i) == ref_h.get(i) for i in ids) / len(ids),
-                     "bleu": bleu([d.get(i, "") for i in ids], [refs[i] for i in ids]),
-                     "rounds": [list(t) for t in times[(precision, search)]]})
-    for row in rows:
-        base = next(r for r in rows if r["precision"] == row["precision"] and r["search"] == "fairseq")
-        row["speedup_generate"] = base["generate_s"] / row["generate_s"]
-    print(f"fairseq-generate, --task translation_fixed_shape against translation: {args.path}, {len(ids)} sentences "
+            print(f"round {i + 1} of {args.rounds}: {r[0]} {r[1]}: generate {gen:.2f} s, wall {wall:.1f} s", flush=True)
+        if args.json and i + 1 < args.rounds:  # what a run cut short leaves: every round measured so far
+            sentences, rows = summary(runs, times, outputs)
+            write_json(args.json, {"settings": bench_common.settings_of(args), "partial": f"{i + 1} of {args.rounds} "
+                                   "rounds", "sentences": sentences, "results": rows})
+    sentences, rows = summary(runs, times, outputs)
+    print(f"fairseq-generate, --task translation_fixed_shape against translation: {args.path}, {sentences} sentences "
           f"of {args.gen_subset}, beam {args.beam}, batch {args.batch_size}, {args.device}, median of {args.rounds} "
           "rounds")
     print(f"{'precision':>9} {'search':>11} {'generate s':>10} {'speed-up':>8} {'wall s':>7} {'identical':>9} "
@@ -130,7 +146,7 @@ def main(argv=None):
         print(f"{r['precision']:>9} {r['search']:>11} {r['generate_s']:>10.2f} {r['speedup_generate']:>8.2f} "
               f"{r['wall_s']:>7.1f} {100 * r['identical_to_fairseq_fp32']:>8.1f}% {r['bleu']:>6.2f}")
     meta = bench_common.machine_facts(facts, started)
-    bench_common.finish(args, started, meta, {"sentences": len(ids), "results": rows})
+    bench_common.finish(args, started, meta, {"sentences": sentences, "results": rows})
 
 
 if __name__ == "__main__":
