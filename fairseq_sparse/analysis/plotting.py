@@ -70,29 +70,15 @@ def head_heatmap(values, path: str, title: str, cbar_label: str, row_labels: Opt
     """
     data, hidden = _heatmap_cells(values, mask)
     n_rows, n_cols = data.shape
-    if row_labels is None:
-        row_labels = [f"layer {i}" for i in range(n_rows)]
-    if col_labels is None:
-        col_labels = [str(j) for j in range(n_cols)]
-    if len(row_labels) != n_rows or len(col_labels) != n_cols:
-        raise ValueError("row_labels/col_labels do not match the shape of values")
-
+    row_labels, col_labels = _heatmap_labels(n_rows, n_cols, row_labels, col_labels)
     shown = np.ma.masked_array(data, mask=hidden)
-    finite = data[~hidden]
-    if vmin is None:
-        vmin = float(finite.min()) if finite.size else 0.0
-    if vmax is None:
-        vmax = float(finite.max()) if finite.size else 1.0
-    if vmax <= vmin:
-        vmax = vmin + 1e-6
+    vmin, vmax = _colour_range(data[~hidden], vmin, vmax)
 
     width = max(5.0, 1.8 + 0.7 * n_cols)
     fig, ax = plt.subplots(figsize=(width, 1.6 + 0.55 * max(n_rows, 2)))
     colours = matplotlib.colormaps[cmap].with_extremes(bad="white")
     im = ax.imshow(shown, cmap=colours, vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest")
-    for i, j in zip(*np.nonzero(hidden)):  # absent heads: hatched cells
-        ax.add_patch(matplotlib.patches.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="//",
-                                                  edgecolor="0.75", linewidth=0))
+    _hatch_cells(ax, hidden)
     if annotate:
         _annotate_cells(ax, im, data, hidden, cell_text)
     ax.set_xticks(range(n_cols))
@@ -105,6 +91,35 @@ def head_heatmap(values, path: str, title: str, cbar_label: str, row_labels: Opt
     cbar.set_label("\n".join(textwrap.wrap(cbar_label, 28)), fontsize=8)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     return save(fig, path)
+
+
+def _heatmap_labels(n_rows: int, n_cols: int, row_labels, col_labels):
+    """(row labels, column labels): the given ones, else "layer i" and "j"; ValueError if they miss the shape."""
+    if row_labels is None:
+        row_labels = [f"layer {i}" for i in range(n_rows)]
+    if col_labels is None:
+        col_labels = [str(j) for j in range(n_cols)]
+    if len(row_labels) != n_rows or len(col_labels) != n_cols:
+        raise ValueError("row_labels/col_labels do not match the shape of values")
+    return row_labels, col_labels
+
+
+def _colour_range(finite, vmin: Optional[float], vmax: Optional[float]):
+    """(vmin, vmax): the given limits, else the range of the ``finite`` values (0..1 if none); never empty."""
+    if vmin is None:
+        vmin = float(finite.min()) if finite.size else 0.0
+    if vmax is None:
+        vmax = float(finite.max()) if finite.size else 1.0
+    if vmax <= vmin:
+        vmax = vmin + 1e-6
+    return vmin, vmax
+
+
+def _hatch_cells(ax, hidden) -> None:
+    """Hatch the cells of ``ax`` that ``hidden`` marks (absent heads)."""
+    for i, j in zip(*np.nonzero(hidden)):
+        ax.add_patch(matplotlib.patches.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="//",
+                                                  edgecolor="0.75", linewidth=0))
 
 
 def _heatmap_cells(values, mask):
