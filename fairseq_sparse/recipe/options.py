@@ -114,6 +114,16 @@ def _model(p):
 
 def _budget(p):
     g = p.add_argument_group("budgets")
+    _training_budget(g)
+    _finetuning_budget(g)
+    g.add_argument("--beam", type=int, default=5)
+    g.add_argument("--batch-size", type=int, default=64, help="sentences per decoding batch")
+    g.add_argument("--seed", type=int, default=1)
+    g.add_argument("--threads", type=int, default=0, help="torch threads per process (0: torch's default)")
+
+
+def _training_budget(g):
+    """The budgets' options of every training and of the baseline (into the group G)."""
     g.add_argument("--max-tokens", type=int, default=None,
                    help="tokens per training batch (default: 4096 on the CPU, 16384 on CUDA)")
     g.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None,
@@ -140,6 +150,10 @@ def _budget(p):
                    help="the baseline and the simplified decoder train until validation has not improved for this "
                         "many validations (fairseq's --patience), at most --baseline-updates; 0: exactly "
                         "--baseline-updates")
+
+
+def _finetuning_budget(g):
+    """The budgets' options of the fine-tunings: distillation, budget points, rates and updates (into the group G)."""
     g.add_argument("--distill-weight", type=float, default=0.0,
                    help="word-level distillation from the baseline in every fine-tuning, method and control alike: "
                         "the weight w of (1 - w) CE + w KD (criterion --distill-weight); 0: off")
@@ -164,10 +178,6 @@ def _budget(p):
                    help="adam_sparsity's rate for L0Drop's input weights w (--l0drop-weight-lr); default: --sparsity-lr")
     g.add_argument("--target-warmup-updates", type=int, default=200,
                    help="updates over which a sparsity target rises from 0 (--sparsity-target-warmup-updates)")
-    g.add_argument("--beam", type=int, default=5)
-    g.add_argument("--batch-size", type=int, default=64, help="sentences per decoding batch")
-    g.add_argument("--seed", type=int, default=1)
-    g.add_argument("--threads", type=int, default=0, help="torch threads per process (0: torch's default)")
 
 
 def _methods(p):
