@@ -107,28 +107,43 @@ def print_report(args, rows, meta):
               f"type: {round(args.heads * args.heads_pruned)} of {args.heads}")
     mem_name = "CUDA peak MB" if args.device == "cuda" else "peak RSS MB (loaded)"
     for row in rows:
-        print()
-        print(f"source length {row['length']}; stock's time: " + ", ".join(
-            f"{k} {v:.0%}" for k, v in sorted(row["shares"].items(), key=lambda kv: -kv[1]) if v >= 0.01))
-        rates, base = row["rates"], row["variants"]["stock"]["traffic"]
-        print(f"bytes model: {rates['bandwidth_gbs']:.1f} GB/s ({rates['bandwidth_source']}), "
-              f"{rates['peak_tflops'] * 1e3:.1f} GFLOP/s ({rates['peak_source']}); stock's mean step reads "
-              + ", ".join(f"{k} {b / 1e6:.1f} MB" for k, b in base["copies"]["step_bytes"].items())
-              + f"; predicted {base['reads']['time_s'] * 1e3:.3g} ms (+copies {base['copies']['time_s'] * 1e3:.3g} ms; "
-              f"{base['copies']['memory_bound_share']:.0%} of the steps memory-bound), measured "
-              f"{row['variants']['stock']['time_s'] * 1e3:.3g} ms")
-        print_header(f"{'variant':>15} {args.clock + ' s':>8} {'vs stock':>8} {'(paired)':>8} {'bound':>6} "
-                     f"{'bytes':>6} {'+copies':>7} {'pred ms':>7} {'sparsity':>8} {'encoder rows':>16} {'memory':>6}  "
-                     f"{mem_name}")
-        for v, r in row["variants"].items():
-            print(variant_line(v, r, args.device == "cuda"))
-        for v, share in row.get("ts_same_hypotheses", {}).items():
-            print(f"{v}: {share:.0%} of the hypotheses identical to {v[:-3]}'s (the eager model it was scripted from)")
-        if "pruned_vs_unpruned" in row:
-            print(f"layers / layers_unpruned (compaction and pruned memory on one checkpoint): "
-                  f"{row['pruned_vs_unpruned']:.2f}x (paired {row['pruned_vs_unpruned_paired']:.2f}x); identical "
-                  f"hypotheses: {'yes' if row['identical_hypotheses'] else 'NO'} (max score diff "
-                  f"{row['max_score_diff']:.1e})")
+        _print_length(args, row, mem_name)
+    _print_legend(args, rows)
+    meta["noise"] = bench_common.noise_line({f"{v} vs stock, {row['length']} tokens": (row["variants"]["stock"]["times_s"],
+                                                                                        r["times_s"])
+                                             for row in rows for v, r in row["variants"].items() if v != "stock"})
+    print(meta["noise"])
+    print(f"load average before / after: {meta['loadavg_before']} / {meta['loadavg_after']}")
+
+
+def _print_length(args, row, mem_name: str):
+    """One source length's part of the report: stock's time split, the bytes model and the variants' table."""
+    print()
+    print(f"source length {row['length']}; stock's time: " + ", ".join(
+        f"{k} {v:.0%}" for k, v in sorted(row["shares"].items(), key=lambda kv: -kv[1]) if v >= 0.01))
+    rates, base = row["rates"], row["variants"]["stock"]["traffic"]
+    print(f"bytes model: {rates['bandwidth_gbs']:.1f} GB/s ({rates['bandwidth_source']}), "
+          f"{rates['peak_tflops'] * 1e3:.1f} GFLOP/s ({rates['peak_source']}); stock's mean step reads "
+          + ", ".join(f"{k} {b / 1e6:.1f} MB" for k, b in base["copies"]["step_bytes"].items())
+          + f"; predicted {base['reads']['time_s'] * 1e3:.3g} ms (+copies {base['copies']['time_s'] * 1e3:.3g} ms; "
+          f"{base['copies']['memory_bound_share']:.0%} of the steps memory-bound), measured "
+          f"{row['variants']['stock']['time_s'] * 1e3:.3g} ms")
+    print_header(f"{'variant':>15} {args.clock + ' s':>8} {'vs stock':>8} {'(paired)':>8} {'bound':>6} "
+                 f"{'bytes':>6} {'+copies':>7} {'pred ms':>7} {'sparsity':>8} {'encoder rows':>16} {'memory':>6}  "
+                 f"{mem_name}")
+    for v, r in row["variants"].items():
+        print(variant_line(v, r, args.device == "cuda"))
+    for v, share in row.get("ts_same_hypotheses", {}).items():
+        print(f"{v}: {share:.0%} of the hypotheses identical to {v[:-3]}'s (the eager model it was scripted from)")
+    if "pruned_vs_unpruned" in row:
+        print(f"layers / layers_unpruned (compaction and pruned memory on one checkpoint): "
+              f"{row['pruned_vs_unpruned']:.2f}x (paired {row['pruned_vs_unpruned_paired']:.2f}x); identical "
+              f"hypotheses: {'yes' if row['identical_hypotheses'] else 'NO'} (max score diff "
+              f"{row['max_score_diff']:.1e})")
+
+
+def _print_legend(args, rows):
+    """What the columns of the variants' tables mean, and the CTranslate2 output lengths."""
     print()
     print("vs stock: time(stock) / time(variant); (paired): median of the per-round ratios; bound: Amdahl bound from "
           "stock's time split (see the docstring);")
@@ -144,8 +159,3 @@ def print_report(args, rows, meta):
     if ct2:
         lengths = rows[0]["variants"][ct2[0]]["out_lengths"]
         print(f"CTranslate2 output lengths {lengths} (fairseq: {args.out_len} + EOS).")
-    meta["noise"] = bench_common.noise_line({f"{v} vs stock, {row['length']} tokens": (row["variants"]["stock"]["times_s"],
-                                                                                        r["times_s"])
-                                             for row in rows for v, r in row["variants"].items() if v != "stock"})
-    print(meta["noise"])
-    print(f"load average before / after: {meta['loadavg_before']} / {meta['loadavg_after']}")

@@ -378,6 +378,22 @@ def print_report(args, rows, meta):
           f"output forced to {args.out_len} tokens + EOS, median of {args.repeats} interleaved rounds after "
           f"{args.warmup} warm-up; sources: {meta['source']}")
     print()
+    _print_variants(rows, cuda)
+    _print_speedups(rows)
+    if any("shared_vs_stock" in row for row in rows):
+        _print_shared(rows)
+    _print_bounds(rows)
+    print_legend(args, cuda)
+    meta["noise"] = bench_common.noise_line({f"{v} vs {base}, {row['length']} tokens": (row[base]["times_s"], row[v]["times_s"])
+                                             for row in rows for v, base in (("pruned", "unpruned"), ("pruned", "stock"),
+                                                                             ("shared", "stock"))
+                                             if v in row and base in row})
+    print(meta["noise"])
+    print(f"load average before / after: {meta['loadavg_before']} / {meta['loadavg_after']}")
+
+
+def _print_variants(rows, cuda: bool):
+    """The table of every variant's times, encoder share, memory length, sparsity and memory, per source length."""
     mem_name = "CUDA peak MB" if cuda else "peak RSS MB (after load)"
     print_header(f"{'src len':>7} {'variant':>9} {'wall s':>8} {'cpu s':>8} {'sent/s':>7} {'enc s':>6} {'mem len':>7} "
                  f"{'sparsity':>8}  {mem_name}")
@@ -391,6 +407,10 @@ def print_report(args, rows, meta):
             note = "  <- short source, for the Amdahl share" if v == "short" else ""
             print(f"{r['length']:>7} {name:>9} {r['wall_s']:>8.3f} {r['cpu_s']:>8.3f} {r['sent_per_s']:>7.2f} {fmt(r['encoder_s'], '{:.3f}'):>6} "
                   f"{r['memory_len']:>7} {fmt(r.get('sparsity'), '{:.1%}'):>8}  {mem}{note}")
+
+
+def _print_speedups(rows):
+    """The table of sparsity, memory shrink, speed-ups and identical hypotheses (pruned vs unpruned)."""
     print()
     print_header(f"{'src len':>7} {'sparsity':>8} {'mem shrink':>10} {'pruned/unpruned':>15} {'(paired)':>8} "
                  f"{'pruned/stock':>12} {'unpruned/stock':>14}  identical hypotheses (pruned vs unpruned)")
@@ -400,15 +420,22 @@ def print_report(args, rows, meta):
         print(f"{row['length']:>7} {fmt(row.get('sparsity'), '{:.1%}'):>8} {fmt(row.get('memory_shrink'), '{:.1%}'):>10} "
               f"{fmt(row.get('speedup_vs_unpruned'), '{:.2f}x'):>15} {fmt(row.get('speedup_vs_unpruned_paired'), '{:.2f}x'):>8} "
               f"{fmt(row.get('speedup_vs_stock'), '{:.2f}x'):>12} {fmt(row.get('unpruned_vs_stock'), '{:.2f}x'):>14}  {ident}")
-    if any("shared_vs_stock" in row for row in rows):
-        print()
-        print_header(f"{'src len':>7} {'shared/stock':>12} {'(paired)':>8} {'unpruned/shared':>15}  "
-                     "identical hypotheses, scores and positional scores (shared vs stock, bit for bit)")
-        for row in rows:
-            ident = row.get("shared_identical")
-            print(f"{row['length']:>7} {fmt(row.get('shared_vs_stock'), '{:.2f}x'):>12} "
-                  f"{fmt(row.get('shared_vs_stock_paired'), '{:.2f}x'):>8} "
-                  f"{fmt(row.get('unpruned_vs_shared'), '{:.2f}x'):>15}  {'-' if ident is None else 'yes' if ident else 'NO'}")
+
+
+def _print_shared(rows):
+    """The table of the shared-memory decoding against stock: speed-ups and bit-for-bit identical outputs."""
+    print()
+    print_header(f"{'src len':>7} {'shared/stock':>12} {'(paired)':>8} {'unpruned/shared':>15}  "
+                 "identical hypotheses, scores and positional scores (shared vs stock, bit for bit)")
+    for row in rows:
+        ident = row.get("shared_identical")
+        print(f"{row['length']:>7} {fmt(row.get('shared_vs_stock'), '{:.2f}x'):>12} "
+              f"{fmt(row.get('shared_vs_stock_paired'), '{:.2f}x'):>8} "
+              f"{fmt(row.get('unpruned_vs_shared'), '{:.2f}x'):>15}  {'-' if ident is None else 'yes' if ident else 'NO'}")
+
+
+def _print_bounds(rows):
+    """The table of each speed-up against its Amdahl bound, for the whole decoding and the decoder alone."""
     print()
     print_header(f"{'src len':>7} {'pruned/unpruned':>15} | {'share':>6} {'bound':>6} {'reached':>7} {'gain':>5} | "
                  f"{'share_dec':>9} {'bound_dec':>9} {'reached':>7} {'gain':>5}")
@@ -418,13 +445,6 @@ def print_report(args, rows, meta):
               f"{fmt(row.get('of_bound'), '{:.0%}'):>7} {fmt(row.get('gain_of_bound'), '{:.0%}'):>5} | "
               f"{fmt(row.get('share_dec'), '{:.0%}'):>9} {fmt(row.get('bound_dec'), '{:.2f}x'):>9} "
               f"{fmt(row.get('of_bound_dec'), '{:.0%}'):>7} {fmt(row.get('gain_of_bound_dec'), '{:.0%}'):>5}")
-    print_legend(args, cuda)
-    meta["noise"] = bench_common.noise_line({f"{v} vs {base}, {row['length']} tokens": (row[base]["times_s"], row[v]["times_s"])
-                                             for row in rows for v, base in (("pruned", "unpruned"), ("pruned", "stock"),
-                                                                             ("shared", "stock"))
-                                             if v in row and base in row})
-    print(meta["noise"])
-    print(f"load average before / after: {meta['loadavg_before']} / {meta['loadavg_after']}")
 
 
 def main(argv=None):
