@@ -70,12 +70,25 @@ def heads_to_keep(model, masks=None):
 
 
 def save_state(state, path):
-    """Save like fairseq's trainer does: cfg as plain containers, so torch's safe loader reads it back."""
+    """Save like fairseq's trainer does: cfg as plain containers, so torch's safe loader reads it back. torch.save
+    itself, not fairseq's torch_persistent_save: on a failed write (a full disk) that one retries twice, 5 s of sleep,
+    and logs the traceback as an ERROR before raising, ahead of the tool's one-line refusal (issue 62). A write that
+    fails is an OSError, also where torch's zip writer turns it into a RuntimeError raised while handling it."""
+    import torch
     from omegaconf import OmegaConf
 
     if OmegaConf.is_config(state.get("cfg")):
         state = dict(state, cfg=OmegaConf.to_container(state["cfg"], resolve=True, enum_to_str=True))
-    checkpoint_utils.torch_persistent_save(state, path)
+    try:
+        with open(path, "wb") as f:
+            torch.save(state, f)
+    except RuntimeError as e:
+        cause = e.__cause__ or e.__context__
+        if isinstance(cause, OSError):
+            if cause.filename is None:
+                cause.filename = path
+            raise cause from None
+        raise
 
 
 def set_model_arg(model_cfg, name, value):

@@ -157,7 +157,7 @@ def test_a_full_disk_leaves_no_half_file_and_ends_in_one_line(corpus, tmp_path, 
     exit status 2, and nothing of the outputs is left."""
     import errno
 
-    from fairseq import checkpoint_utils
+    import torch
 
     import fairseq_sparse.export as export
     from helpers.faults import full_disk_open
@@ -174,7 +174,7 @@ def test_a_full_disk_leaves_no_half_file_and_ends_in_one_line(corpus, tmp_path, 
         f.write(b"half a checkpoint")
         raise full_disk(f.name)
 
-    monkeypatch.setattr(checkpoint_utils, "_torch_persistent_save", persistent_save)
+    monkeypatch.setattr(torch, "save", persistent_save)  # prune-heads writes with torch.save
     mask = tmp_path / "mask.json"
     mask.write_text(json.dumps({"enc": [[0, 1, 1, 1], [1, 1, 1, 1]]}))
     out = tmp_path / "pruned.pt"
@@ -198,7 +198,7 @@ def test_a_full_disk_leaves_no_half_file_and_ends_in_one_line(corpus, tmp_path, 
                 "--output", str(artefact), "--overwrite"], check=False)
     assert proc.returncode == 2 and "left as they were" in proc.stderr and "Traceback" not in proc.stderr
     monkeypatch.undo()
-    monkeypatch.setattr(checkpoint_utils, "_torch_persistent_save", persistent_save)
+    monkeypatch.setattr(torch, "save", persistent_save)  # prune-heads writes with torch.save
     prune = [console("fairseq-sparse-prune-heads"), "--path", f"{save}/checkpoint_last.pt", "--head-mask", str(mask),
              "--output", str(out), "--overwrite"]
     proc = run(prune, check=False)

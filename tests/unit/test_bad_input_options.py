@@ -307,3 +307,106 @@ def test_the_synthetic_corpus_tool_never_overwrites_a_corpus(tmp_path, monkeypat
                                      "--test", "2", "--overwrite"])
     synthetic_corpus.main()
     assert len((out / "train.src").read_text().splitlines()) == 7
+
+
+# ------------------------------------------------------------------------------------------------
+# issue 62: fairseq's own error logs never come before a tool's one-line refusal
+
+
+@pytest.fixture
+def tiny_checkpoint(tmp_path):
+    """(checkpoint, data folder): a random 2-layer stock transformer saved as fairseq-train saves one (cfg with the
+    model's namespace, optimizer history), the data folder holding its two dictionaries; built here, no training."""
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq.tasks.translation import TranslationConfig, TranslationTask
+    from omegaconf import OmegaConf
+
+    from helpers.models import dictionary, parse
+
+    data = tmp_path / "data-bin"
+    data.mkdir()
+    d = dictionary()
+    for lang in ("src", "tgt"):
+        d.save(str(data / f"dict.{lang}.txt"))
+    args = parse("transformer", ["--source-lang", "src", "--target-lang", "tgt"])
+    args.data = str(data)
+    model = TranslationTask(TranslationConfig(), d, d).build_model(args)
+    state = {"args": None, "cfg": OmegaConf.to_container(convert_namespace_to_omegaconf(args), resolve=True),
+             "model": model.state_dict(), "extra_state": {}, "last_optimizer_state": None,
+             "optimizer_history": [{"criterion_name": "CrossEntropyCriterion", "optimizer_name": "Adam",
+                                    "lr_scheduler_state": {"best": None}, "num_updates": 2}]}
+    ckpt = tmp_path / "model.pt"
+    torch.save(state, ckpt)
+    return str(ckpt), str(data)
+
+
+def full_disk_torch_save(obj, f):
+    """torch.save on a full disk (seen on a 64 KiB tmpfs): the first bytes written, then torch's zip writer fails with
+    a RuntimeError raised while handling the OSError of the write."""
+    import errno
+
+    f.write(b"PK\x03\x04")
+    try:
+        raise OSError(errno.ENOSPC, "No space left on device")
+    except OSError:
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0")
+
+
+def test_prune_heads_on_a_full_disk_prints_no_fairseq_error_log(tiny_checkpoint, tmp_path, monkeypatch, capsys):
+    """Issue 62 item 1: the pruned checkpoint was saved with fairseq's torch_persistent_save, which on a full disk
+    retries twice (5 s of sleep) and logs `ERROR | fairseq.checkpoint_utils | Traceback ...` before raising, so the
+    refusal came after a traceback; and torch's RuntimeError (not an OSError) could escape as a raw traceback. Now the
+    one line is all that is said, and nothing is left behind."""
+    import os
+
+    from conftest import refused_in_process
+    from fairseq_sparse.cli import prune_heads
+
+    ckpt, _ = tiny_checkpoint
+    mask = tmp_path / "mask.json"
+    mask.write_text('{"enc": [[0, 1], [1, 1]]}')
+    out = tmp_path / "out"
+    out.mkdir()
+    monkeypatch.setattr(torch, "save", full_disk_torch_save)
+    err = refused_in_process(prune_heads.main, ["--path", ckpt, "--head-mask", str(mask), "--output",
+                                                f"{out}/pruned.pt"], capsys)
+    assert "Traceback" not in err and " | ERROR | " not in err, err[-3000:]
+    errors = [line for line in err.splitlines() if "error" in line.lower()]
+    assert errors == [f"fairseq-sparse-prune-heads: error: cannot write {out}/pruned.pt.part: No space left on "
+                      f"device; {out}/pruned.pt, {out}/pruned.kept_heads.json left as they were"], err[-3000:]
+    assert os.listdir(out) == []
+
+
+@pytest.mark.parametrize("case", ["truncated", "not a checkpoint", "missing", "data folder gone", "no dictionaries",
+                                  "no model weights"])
+def test_prune_heads_refuses_a_bad_path_in_one_line(case, tiny_checkpoint, tmp_path, capsys):
+    """Issue 62 item 1: a --path that is no usable checkpoint is one `error:` line, no traceback and no fairseq ERROR
+    log before it (each case checked; none printed one before the fix either: a guard)."""
+    import os
+    import shutil
+
+    from conftest import refused_in_process
+    from fairseq_sparse.cli import prune_heads
+
+    ckpt, data = tiny_checkpoint
+    bad = tmp_path / "bad.pt"
+    if case == "truncated":
+        bad.write_bytes(open(ckpt, "rb").read()[:2000])
+    elif case == "not a checkpoint":
+        bad.write_text("hello\n")
+    elif case == "data folder gone":
+        shutil.move(ckpt, bad)
+        shutil.rmtree(data)
+    elif case == "no dictionaries":
+        shutil.move(ckpt, bad)
+        os.remove(f"{data}/dict.src.txt")
+    elif case == "no model weights":
+        state = torch.load(ckpt, weights_only=False)
+        del state["model"]
+        torch.save(state, bad)
+    before = sorted(os.listdir(tmp_path))
+    err = refused_in_process(prune_heads.main, ["--path", str(bad), "--output", str(tmp_path / "pruned.pt")], capsys)
+    assert "Traceback" not in err and " | ERROR | " not in err, err[-3000:]
+    errors = [line for line in err.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1 and errors[0].startswith("fairseq-sparse-prune-heads: error: "), err[-3000:]
+    assert sorted(os.listdir(tmp_path)) == before
