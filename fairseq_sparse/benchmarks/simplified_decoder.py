@@ -92,6 +92,20 @@ def add_quality_args(p):
 
 
 def parse_args(argv=None):
+    p = _parser()
+    args = p.parse_args(argv)
+    if args.quick:
+        _apply_quick(args)
+    if args.bleu is None:
+        args.bleu = True
+    bench_common.check_size_args(p, args, args.arch_size)
+    args.variant_list = _variant_list(p, args.variants)
+    _check_ranges(p, args)
+    return args
+
+
+def _parser():
+    """The benchmark's argument parser."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     bench_common.add_size_args(p, "--arch-size", PRESETS)
@@ -109,24 +123,33 @@ def parse_args(argv=None):
     add_quality_args(p)
     p.add_argument("--quick", action="store_true",
                    help="smoke run: tiny sizes, 2 repeats, short sequences; with --bleu a tiny corpus, 30 updates")
-    args = p.parse_args(argv)
-    if args.quick:
-        args.arch_size = "tiny" if args.layers is None and args.dim is None else args.arch_size
-        bench_common.apply_quick(args, {"repeats": 2, "batch_size": 4, "src_len": 8, "out_len": 6, "tgt_len": 8,
-                                        "train_tokens": 200, "bleu_updates": 30, "log_interval": 10})
-        args.bleu_train, args.bleu_test = 300, 20
-        args.bleu_layers, args.bleu_dim, args.bleu_heads, args.bleu_ffn = 1, 32, 2, 64
-        if args.bleu is None:
-            args.bleu = False
+    return p
+
+
+def _apply_quick(args):
+    """--quick: tiny sizes, 2 repeats, short sequences; a tiny BLEU corpus and model, BLEU off unless asked."""
+    args.arch_size = "tiny" if args.layers is None and args.dim is None else args.arch_size
+    bench_common.apply_quick(args, {"repeats": 2, "batch_size": 4, "src_len": 8, "out_len": 6, "tgt_len": 8,
+                                    "train_tokens": 200, "bleu_updates": 30, "log_interval": 10})
+    args.bleu_train, args.bleu_test = 300, 20
+    args.bleu_layers, args.bleu_dim, args.bleu_heads, args.bleu_ffn = 1, 32, 2, 64
     if args.bleu is None:
-        args.bleu = True
-    bench_common.check_size_args(p, args, args.arch_size)
-    args.variant_list = [v.strip() for v in args.variants.split(",") if v.strip()]
-    for v in args.variant_list:
+        args.bleu = False
+
+
+def _variant_list(p, variants: str):
+    """The variants of the comma list VARIANTS, "standard" first (the baseline of every ratio); p.error if unknown."""
+    variant_list = [v.strip() for v in variants.split(",") if v.strip()]
+    for v in variant_list:
         if v not in ("standard", "simplified") and v.replace("simplified-", "", 1) not in ORDERS:
             p.error(f"--variants: unknown variant {v!r}")
-    if "standard" not in args.variant_list:
-        args.variant_list.insert(0, "standard")  # the baseline of every ratio
+    if "standard" not in variant_list:
+        variant_list.insert(0, "standard")  # the baseline of every ratio
+    return variant_list
+
+
+def _check_ranges(p, args):
+    """p.error unless the run, batch and length options (and with --bleu, the BLEU run's) are in range."""
     bench_common.check_run_args(p, args)
     bench_common.check_range(p, "--batch-size", args.batch_size, 1, None)
     bench_common.check_range(p, "--train-tokens", args.train_tokens, 1, None)
@@ -141,7 +164,6 @@ def parse_args(argv=None):
             p.error(f"--bleu-dim {args.bleu_dim} is not a multiple of --bleu-heads {args.bleu_heads}")
         if args.workdir and os.path.exists(args.workdir) and not os.path.isdir(args.workdir):
             p.error(f"--workdir exists and is not a directory: {args.workdir}")
-    return args
 
 
 def variant_flags(name):
