@@ -210,6 +210,28 @@ def check_data_dir(data: Optional[str], option: str = "DATA"):
         raise ToolError(f"{option}: data directory not found: {data}")
 
 
+def check_dictionaries(data: Optional[str], source_lang: Optional[str] = None, target_lang: Optional[str] = None,
+                       option: str = "DATA"):
+    """The dictionaries fairseq's translation task reads from the first data directory of ``data``: dict.SRC.txt and
+    dict.TGT.txt, the language pair given or, as fairseq does when either is missing, read from the names of the split
+    files there. ToolError naming what is missing (fairseq's FileNotFoundError traceback otherwise)."""
+    first = (data or "").split(os.pathsep)[0]
+    if not os.path.isdir(first):
+        raise ToolError(f"{option}: data directory not found: {first}")
+    if source_lang is None or target_lang is None:
+        from fairseq.data.data_utils import infer_language_pair
+
+        source_lang, target_lang = infer_language_pair(first)
+        if source_lang is None or target_lang is None:
+            raise ToolError(f"{option}: cannot tell the language pair from the file names in {first} (no "
+                            "SPLIT.SRC-TGT.* files of fairseq-preprocess there); pass --source-lang and --target-lang")
+    missing = [path for path in dict.fromkeys(os.path.join(first, f"dict.{lang}.txt")
+                                              for lang in (source_lang, target_lang)) if not os.path.isfile(path)]
+    if missing:
+        raise ToolError(f"{option}: dictionary file{'s' if len(missing) > 1 else ''} not found: {', '.join(missing)} "
+                        "(fairseq-preprocess writes them into its --destdir)")
+
+
 def check_output_dir(output_dir: str, files: Iterable[str], overwrite: bool, option: str = "--output-dir",
                      data: Optional[str] = None):
     """``output_dir`` must be a directory or not exist, and hold none of ``files`` unless ``overwrite`` (and

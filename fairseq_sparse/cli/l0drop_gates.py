@@ -16,6 +16,7 @@ import os
 
 from fairseq import checkpoint_utils, options, tasks, utils
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+from fairseq.tasks.translation import TranslationTask
 
 from fairseq_sparse.analysis import attention as att
 from fairseq_sparse.analysis import content_probe as content
@@ -40,7 +41,8 @@ def add_args(parser):
 
 
 def validate(args):
-    """Every checkpoint readable, the outputs new (or --overwrite) and none of them an input or each other."""
+    """Every checkpoint readable, the outputs new (or --overwrite) and none of them an input or each other, the
+    dictionaries of DATA there."""
     common.check_finite(args)
     paths = args.path.split(os.pathsep)
     for path in paths:
@@ -53,13 +55,18 @@ def validate(args):
         raise common.ToolError("--gates-output, --token-summary and --content-probe must name different files")
     common.check_output_files([("--gates-output", args.gates_output), ("--token-summary", args.token_summary),
                                ("--content-probe", args.content_probe)], args.overwrite, inputs=paths, data=args.data)
+    if issubclass(tasks.TASK_REGISTRY.get(args.task, object), TranslationTask):  # fairseq's FileNotFoundError else
+        common.check_dictionaries(args.data, args.source_lang, args.target_lang)
 
 
 def load(args):
     """(cfg, task, model, dataset)."""
     cfg = convert_namespace_to_omegaconf(args)
     utils.import_user_module(cfg.common)
-    task = tasks.setup_task(cfg.task)
+    try:
+        task = tasks.setup_task(cfg.task)
+    except Exception as e:  # a task of another plugin whose files are missing or unreadable
+        raise common.ToolError(f"cannot set up --task {args.task} on {args.data}: {type(e).__name__}: {e}") from e
     try:
         models, _ = checkpoint_utils.load_model_ensemble(
             utils.split_paths(cfg.common_eval.path), arg_overrides=eval(cfg.common_eval.model_overrides), task=task)

@@ -410,3 +410,41 @@ def test_prune_heads_refuses_a_bad_path_in_one_line(case, tiny_checkpoint, tmp_p
     errors = [line for line in err.splitlines() if "error" in line.lower()]
     assert len(errors) == 1 and errors[0].startswith("fairseq-sparse-prune-heads: error: "), err[-3000:]
     assert sorted(os.listdir(tmp_path)) == before
+
+
+@pytest.mark.parametrize("case", ["no target dictionary", "no dictionaries", "given pair", "no language pair",
+                                  "no data folder"])
+def test_l0drop_gates_refuses_a_data_folder_without_its_dictionaries(case, tmp_path, capsys):
+    """Issue 62 item 2: `fairseq-sparse-l0drop-gates DATA ...` with DATA lacking dict.SRC.txt / dict.TGT.txt ended in
+    fairseq's raw FileNotFoundError traceback (and an empty DATA, or a missing one, in others); now one line naming
+    the missing file, before anything is loaded or written."""
+    import os
+
+    from conftest import refused_in_process
+    from fairseq_sparse.cli import l0drop_gates
+
+    data = tmp_path / "data-bin"
+    data.mkdir()
+    for side in ("src", "tgt"):  # the splits fairseq-preprocess writes: the language pair is read from their names
+        (data / f"test.src-tgt.{side}.idx").write_bytes(b"")
+    if case == "no target dictionary":
+        (data / "dict.src.txt").write_text("w0 5\n")
+    ckpt = tmp_path / "model.pt"
+    torch.save({"model": {}}, ckpt)
+    extra = {"given pair": ["-s", "de", "-t", "en"]}.get(case, [])
+    if case == "no language pair":
+        for f in data.iterdir():
+            f.unlink()
+    folder = str(tmp_path / "gone") if case == "no data folder" else str(data)
+    before = sorted(os.listdir(tmp_path)), sorted(os.listdir(data))
+    argv = [folder, "--user-dir", USER_DIR, "--path", str(ckpt), "--gen-subset", "test", "--cpu",
+            "--gates-output", str(tmp_path / "gates.tsv")] + extra
+    err = refused_in_process(l0drop_gates.main, argv, capsys)
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err[-3000:]
+    want = {"no target dictionary": f"DATA: dictionary file not found: {data}/dict.tgt.txt",
+            "no dictionaries": f"DATA: dictionary files not found: {data}/dict.src.txt, {data}/dict.tgt.txt",
+            "given pair": f"DATA: dictionary files not found: {data}/dict.de.txt, {data}/dict.en.txt",
+            "no language pair": f"DATA: cannot tell the language pair from the file names in {data}",
+            "no data folder": f"DATA: data directory not found: {folder}"}[case]
+    assert err.startswith(f"fairseq-sparse-l0drop-gates: error: {want}"), err
+    assert (sorted(os.listdir(tmp_path)), sorted(os.listdir(data))) == before
