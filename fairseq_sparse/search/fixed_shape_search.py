@@ -191,6 +191,20 @@ def memory_padded_to_bucket(out, bucket: int):
     return padded
 
 
+def beam_encoder_outs(models, encoder_outs, rows: Tensor, shared, bucket: Optional[int]):
+    """The models' encoder outputs as the steps read them: expanded to the beam's ``rows`` (each row's sentence) but
+    where the memory keeps one row per sentence (``shared``, per model), and padded to a multiple of ``bucket`` rows
+    where given (:func:`memory_padded_to_bucket`). The beams of a sentence stay in its rows: the memory is never
+    reordered after this (and where it is shared by the beams of a sentence, not expanded either)."""
+    if encoder_outs is None:
+        return None
+    encoder_outs = [out if one else model.encoder.reorder_encoder_out(out, rows)
+                    for model, out, one in zip(models, encoder_outs, shared)]
+    if bucket is not None:
+        encoder_outs = [memory_padded_to_bucket(out, bucket) for out in encoder_outs]
+    return encoder_outs
+
+
 class Beams:
     """The tensors of one batch's search, allocated once (a replayed step updates them in place): the step, the
     hypotheses' tokens and scores, and the finished hypotheses (``beam`` slots per sentence and a spare one)."""
@@ -235,6 +249,31 @@ class Beams:
                          "positional_scores": self.fin_pos[s, i, :fin_len[s][i]].clone()} for i in order])
         return out
 
+    def finalise(self, length: int, eos, bbsz_idx, eos_scores, eos_token: int, normalize_scores: bool,
+                 len_penalty: float):
+        """fairseq's finalize_hypos with tensors and no host read: each EOS candidate (EOS: bsz x beam) takes the
+        sentence's next free slot, in candidate order, while the sentence has fewer than beam finished hypotheses;
+        every other candidate is written to the spare slot (index beam), which is never read. Positions after the
+        step are written too (whatever the buffers hold there) and cut by the hypothesis' length."""
+        beam = eos.size(1)
+        slot = self.fin_count.unsqueeze(1) + eos.long().cumsum(1) - 1
+        take = eos & slot.lt(beam)
+        flat = (self.slot_offsets + torch.where(take, slot, torch.full_like(slot, beam))).view(-1)
+        rows, score = bbsz_idx.reshape(-1), eos_scores.reshape(-1)
+        at_step = self.step.expand(rows.numel(), 1)
+        hyp = self.tokens.index_select(0, rows)[:, 1:length + 1]
+        hyp.scatter_(1, at_step, eos_token)
+        self.fin_tokens.view(-1, self.fin_tokens.size(2))[flat, :length] = hyp
+        pos = self.scores.index_select(0, rows)[:, :length]
+        pos.scatter_(1, at_step, score.view(-1, 1))
+        pos[:, 1:] = pos[:, 1:] - pos[:, :-1]
+        self.fin_pos.view(-1, self.fin_pos.size(2))[flat, :length] = pos
+        if normalize_scores:  # fairseq divides by the Python float (step + 1) ** lenpen: in float32 for fp16
+            score = (score.float() / (self.step + 1).double().pow(len_penalty).float()).to(score.dtype)
+        self.fin_score.view(-1)[flat] = score
+        self.fin_len.view(-1)[flat] = (self.step + 1).expand(flat.numel())
+        self.fin_count += take.long().sum(1)
+
 
 class Run:
     """What the steps of one ``generate`` call read and update: the beams, the encoder outputs, the decoders'
@@ -251,6 +290,16 @@ class Run:
     def length(self, step: int) -> int:
         """Positions a step reads: up to the step (prefix form) or all (fixed form)."""
         return self.beams.max_len + 1 if self.fixed else step + 1
+
+    def reorder_states(self, order: Tensor):
+        """Each decoder module's per-hypothesis state to the new order (fairseq's ``reorder_incremental_state``,
+        less the per-sentence state: :func:`moves_with_the_beam`)."""
+        for modules, state in zip(self.movers, self.incremental_states):
+            for module in modules:
+                if isinstance(module, StaticCacheSelfAttention):
+                    module.reorder_static(state, order)
+                else:
+                    module.reorder_incremental_state(state, order)
 
     def tensors(self):
         """(name, tensor) of everything a step reads or writes, in a fixed order (what a graph is keyed by and what
@@ -449,14 +498,8 @@ class FixedShapeSequenceGenerator(SequenceGenerator):
             # batches of nearby lengths share a graph; the maximum output length stays that of the batch as given
             net_input = (padded_to_bucket(sample["net_input"], self.source_bucket, self.pad) if captured
                          else sample["net_input"])
-            encoder_outs = self.model.forward_encoder(net_input)
-            if encoder_outs is not None:
-                # the beams of a sentence stay in its rows: the memory is never reordered after this (and where it
-                # is shared by the beams of a sentence, not expanded either)
-                encoder_outs = [out if one else model.encoder.reorder_encoder_out(out, rows)
-                                for model, out, one in zip(self.model.models, encoder_outs, shared)]
-                if captured:
-                    encoder_outs = [memory_padded_to_bucket(out, self.source_bucket) for out in encoder_outs]
+            encoder_outs = beam_encoder_outs(self.model.models, self.model.forward_encoder(net_input), rows, shared,
+                                             self.source_bucket if captured else None)
             indirect = fixed and self.beam_reorder == "indirect"  # the buffers stay, an ancestry table moves
             static = stack.enter_context(static_self_attention(decoders, incremental_states, rows.numel(), max_len + 1,
                                                                zeroed=fixed, beam=self.beam_size if indirect else 0))
@@ -464,24 +507,28 @@ class FixedShapeSequenceGenerator(SequenceGenerator):
                 static = static + stack.enter_context(step_positions(decoders, max_len + 1))
                 stack.enter_context(decoder_flag(decoders, "cross_self_attention", True))
             run = Run(beams, encoder_outs, incremental_states, static, fixed, self.movers)
-            failure = None
-            for step in range(max_len + 1):
-                if captured and step > 0:
-                    try:
-                        self.graphs.step(self, run)
-                    except Exception as e:  # noqa: BLE001  (whatever a capture raises: the batch is decoded anew)
-                        failure = e
-                        break
-                else:
-                    self._step(run, step)
-                if (step + 1) % self.stop_every == 0 and bool(run.beams.done.all()):
-                    break
+            failure = self._steps(run, max_len, captured)
             if failure is None:
                 return run.beams.hypotheses()
         logger.warning("fixed-shape search: a CUDA graph could not be captured or replayed (%s: %s); this generator "
                        "decodes without CUDA graphs from now on", type(failure).__name__, failure)
         self.graphs = None
         return self._generate(sample, prefix_tokens, constraints, bos_token)
+
+    def _steps(self, run: Run, max_len: int, captured: bool) -> Optional[Exception]:
+        """Step ``run`` until every sentence is finished (read every ``stop_every`` steps) or ``max_len + 1`` steps,
+        replaying CUDA graphs after the first step where ``captured``; what a capture or replay raised, else None."""
+        for step in range(max_len + 1):
+            if captured and step > 0:
+                try:
+                    self.graphs.step(self, run)
+                except Exception as e:  # noqa: BLE001  (whatever a capture raises: the batch is decoded anew)
+                    return e
+            else:
+                self._step(run, step)
+            if (step + 1) % self.stop_every == 0 and bool(run.beams.done.all()):
+                break
+        return None
 
     def _step(self, run: Run, step: int):
         """One beam step at ``run.beams.step``, every step-dependent quantity from that tensor, every update in place
@@ -527,40 +574,9 @@ class FixedShapeSequenceGenerator(SequenceGenerator):
         b.scores[:, :length] = b.scores[:, :length].index_select(0, active)
         b.cumulative.copy_(torch.gather(cand_scores, 1, active_hypos).view(-1))
         b.scores.scatter_(1, at_step, b.cumulative.view(-1, 1))
-        self._reorder_states(run, active)
+        run.reorder_states(active)
         b.step += 1
 
-    @staticmethod
-    def _reorder_states(run: Run, order: Tensor):
-        """Each decoder module's per-hypothesis state to the new order (fairseq's ``reorder_incremental_state``,
-        less the per-sentence state: :func:`moves_with_the_beam`)."""
-        for modules, state in zip(run.movers, run.incremental_states):
-            for module in modules:
-                if isinstance(module, StaticCacheSelfAttention):
-                    module.reorder_static(state, order)
-                else:
-                    module.reorder_incremental_state(state, order)
-
     def _finalise(self, b: Beams, length: int, eos, bbsz_idx, eos_scores):
-        """fairseq's finalize_hypos with tensors and no host read: each EOS candidate (EOS: bsz x beam) takes the
-        sentence's next free slot, in candidate order, while the sentence has fewer than beam finished hypotheses;
-        every other candidate is written to the spare slot (index beam), which is never read. Positions after the
-        step are written too (whatever the buffers hold there) and cut by the hypothesis' length."""
-        beam = eos.size(1)
-        slot = b.fin_count.unsqueeze(1) + eos.long().cumsum(1) - 1
-        take = eos & slot.lt(beam)
-        flat = (b.slot_offsets + torch.where(take, slot, torch.full_like(slot, beam))).view(-1)
-        rows, score = bbsz_idx.reshape(-1), eos_scores.reshape(-1)
-        at_step = b.step.expand(rows.numel(), 1)
-        hyp = b.tokens.index_select(0, rows)[:, 1:length + 1]
-        hyp.scatter_(1, at_step, self.eos)
-        b.fin_tokens.view(-1, b.fin_tokens.size(2))[flat, :length] = hyp
-        pos = b.scores.index_select(0, rows)[:, :length]
-        pos.scatter_(1, at_step, score.view(-1, 1))
-        pos[:, 1:] = pos[:, 1:] - pos[:, :-1]
-        b.fin_pos.view(-1, b.fin_pos.size(2))[flat, :length] = pos
-        if self.normalize_scores:  # fairseq divides by the Python float (step + 1) ** lenpen: in float32 for fp16
-            score = (score.float() / (b.step + 1).double().pow(self.len_penalty).float()).to(score.dtype)
-        b.fin_score.view(-1)[flat] = score
-        b.fin_len.view(-1)[flat] = (b.step + 1).expand(flat.numel())
-        b.fin_count += take.long().sum(1)
+        """:meth:`Beams.finalise` with this generator's end-of-sentence symbol and length penalty."""
+        b.finalise(length, eos, bbsz_idx, eos_scores, self.eos, self.normalize_scores, self.len_penalty)
