@@ -77,6 +77,29 @@ if [[ ",$(IFS=,; echo "$*")," != *,prepare,* && " $RECIPE_ARGS " != *" --data-bi
     echo "gpu_study.sh: no phase prepares the data and $(dir_of "$first")/data-bin does not exist: add the phase prepare, carry the prepared work dir, or give --data-bin"
     exit 2
 fi
+# a step fine-tuned from another step's model needs that model when its phase starts (a phase's steps run side by side):
+# made in an earlier phase, held by the run's work dir already (carried, or an earlier call's on the warm machine), or,
+# the baseline, given by --baseline-checkpoint; the report at the end compares every model with the baseline.
+# start_of: the recipe's METHODS (tests/lab/test_gpu_study_script.py checks them against each other)
+start_of() { case $1 in composed|simplified_control) echo simplified;; prepare|baseline|simplified|*_scratch|speed|gap_analysis) ;; *) echo baseline;; esac; }
+earlier=" "  # the steps of the phases before the one looked at
+for phase in "$@" report; do
+    for step in ${phase//,/ }; do
+        start=$(start_of "$step")
+        [[ -z "$start" || "$earlier" == *" $start "* ]] && continue
+        for seed in $SEEDS; do
+            [[ -f "$(dir_of "$seed")/$start/checkpoint_best.pt" ]] && continue
+            [[ "$start" == baseline && " $(args_of "$seed") " =~ \ --baseline-checkpoint[\ =] ]] && continue
+            what="step $step starts from the $start model, which no earlier phase trains"
+            [[ "$step" == report ]] && what="the report compares with the baseline model, which no phase trains"
+            how="put $start in a phase before it, or carry $start/ in the work dir"
+            [[ "$start" == baseline ]] && how="put baseline in a phase before it, carry baseline/ in the work dir, or give --baseline-checkpoint in RECIPE_ARGS"
+            echo "gpu_study.sh: $what and $(dir_of "$seed")/$start/checkpoint_best.pt does not hold: $how"
+            exit 2
+        done
+    done
+    earlier+="${phase//,/ } "
+done
 [[ -z "${CHECK_ONLY:-}" ]] || { echo "gpu_study.sh: options, steps and inputs checked (CHECK_ONLY: nothing run)"; exit 0; }
 FAILED=$(mktemp)  # a line per step that did not end with exit 0: the call's own exit status says so
 for seed in $SEEDS; do

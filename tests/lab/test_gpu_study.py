@@ -123,6 +123,11 @@ def test_what_cannot_work_is_refused_before_any_work_and_a_failed_study_never_ex
     assert not os.path.exists(prefix + "1")
     subprocess.run([os.path.join(os.path.dirname(sys.executable), "fairseq-sparse-recipe"), *args, "--work-dir",
                     prefix + "1", "--steps", "prepare", "--device", "cpu", "--quiet"], check=True, capture_output=True)
-    done = study("1", "control")  # no baseline to fine-tune: the step fails after the checks
+    done = study("1", "control")  # no baseline to fine-tune: refused by the check (issue 62 item 3)
+    assert done.returncode == 2 and "step control starts from the baseline model" in done.stdout, done.stdout[-3000:]
+    os.makedirs(prefix + "1/baseline")
+    with open(prefix + "1/baseline/checkpoint_best.pt", "wb") as f:  # a carried baseline that is no checkpoint
+        f.write(b"not a checkpoint")
+    done = study("1", "control")  # the step fails after the checks
     assert done.returncode == 1, done.stdout[-3000:]
-    assert "seed 1, control: exit 1" in done.stdout and "did not end with exit 0" in done.stdout
+    assert re.search(r"seed 1, control: exit [1-9]", done.stdout) and "did not end with exit 0" in done.stdout
