@@ -2,6 +2,7 @@
 training sources becomes the training target of every fine-tuning (``--seq-kd``). The decoding runs in
 shards, each kept once written, so an interrupted run goes on where it stopped."""
 import os
+import re
 import shutil
 
 from . import commands
@@ -31,7 +32,8 @@ def decode_shard(a, wd, data, shard):
 
 def distill_data(a, wd, data):
     """WORK/data-bin-seqkd: the training split with the baseline's beam-5 translations as targets (the data-bin's
-    own dictionaries), valid and test as they are. Shards and data are made again only when the baseline changed."""
+    own dictionaries), valid and test as they are. Shards and data are made again only when the baseline changed; the
+    shards of another --seq-kd-shards and the .tmp of a shard write cut off are removed (issue 62)."""
     os.makedirs(wd.path("seqkd"), exist_ok=True)
     shards = [wd.shown(commands.generate_train_shard(a, data, SEQKD_BEAM, shard, a.seq_kd_shards))
               for shard in range(a.seq_kd_shards)]
@@ -39,6 +41,41 @@ def distill_data(a, wd, data):
         wd.produced(f"seqkd/shard{shard}.tsv", ["baseline/checkpoint_best.pt"], lambda: decode_shard(a, wd, data, shard),
                     [cmd])
     wd.produced("data-bin-seqkd", ["baseline/checkpoint_best.pt"], lambda: binarise(a, wd, data), shards)
+    files, stamps = stale_shards(a, wd)
+    for path in files + stamps:
+        os.remove(path)
+    if files:
+        print(f"  distill_data: removed {len(files)} files of another --seq-kd-shards or of a write cut off: "
+              f"{', '.join(os.path.relpath(p, wd.work) for p in files)}")
+
+
+#: the names the recipe gives the shards it decodes (seqkd/shard<i>.tsv) and the files it writes them through
+SHARD_FILE = re.compile(r"shard(0|[1-9][0-9]*)\.tsv(\.tmp)?")
+SHARD_STAMP = re.compile(r"seqkd_shard(0|[1-9][0-9]*)\.tsv\.inputs\.json")
+
+
+def stale_shards(a, wd):
+    """(files, stamps): what WORK/seqkd holds of the shards this configuration (--seq-kd-shards N) does not read,
+    shard<k>.tsv for k >= N (decoded by a run with more shards) and every shard's .tmp (a write cut off); and the
+    recipe's records (WORK/results) of the shards k >= N. Only the names the recipe gives them, regular files, and
+    none given as an input of the run (a path among the recipe's options) whatever its name: nothing of the user's."""
+    inputs = [os.path.realpath(v) for k, v in sorted(vars(a).items())
+              if k != "work_dir" and isinstance(v, str) and v and os.path.exists(v)]
+
+    def ours(path):
+        real = os.path.realpath(path)
+        return (os.path.isfile(path) and not os.path.islink(path)
+                and not any(real == p or real.startswith(p + os.sep) for p in inputs))
+
+    def names(folder, pattern):
+        if not os.path.isdir(folder):
+            return []
+        return [(m, os.path.join(folder, m.group(0))) for m in map(pattern.fullmatch, sorted(os.listdir(folder))) if m]
+
+    files = [p for m, p in names(wd.path("seqkd"), SHARD_FILE)
+             if (m.group(2) or int(m.group(1)) >= a.seq_kd_shards) and ours(p)]
+    stamps = [p for m, p in names(wd.path("results"), SHARD_STAMP) if int(m.group(1)) >= a.seq_kd_shards and ours(p)]
+    return files, stamps
 
 
 def binarise(a, wd, data):

@@ -481,3 +481,63 @@ def test_the_gap_section_shows_chrf_repeats_and_the_copy_share_groups():
     assert "| copied over 25% | 3 | 10.00 | 8.00 | -2.00 | -20.0% | 0.900 / 1.000 |" in text
     del r["chrf"], r["repeated_trigrams"], r["by_copy_share"]  # an analysis of an earlier version still renders
     assert "chrF" not in "\n".join(gap_lines({"x": r}))
+
+
+def test_seq_kd_leaves_no_shard_of_another_shard_count(tmp_path, monkeypatch, capsys):
+    """Issue 62 item 4: distill_data with --seq-kd-shards 3 after a run with 10 left seqkd/shard3.tsv .. shard9.tsv
+    (and their stamps) of the other count beside the three it reads, and the .tmp of a shard write cut off: files
+    that look like this run's data. They are removed; what the recipe does not name (a file of the user's, a link the
+    user put there, a file given as an input of the run) stays."""
+    import torch
+
+    from fairseq_sparse.recipe import seqkd
+
+    wd = WorkDir(str(tmp_path))
+    (tmp_path / "baseline").mkdir()
+    torch.save({"optimizer_history": [{"num_updates": 5}]}, tmp_path / "baseline" / "checkpoint_best.pt")
+    decoded = []
+
+    def decode_shard(a, wd, data, shard):
+        decoded.append((a.seq_kd_shards, shard))
+        with open(wd.path("seqkd", f"shard{shard}.tsv"), "w") as f:
+            f.write(f"{shard}\tsource {shard}\ttranslation {shard} of {a.seq_kd_shards}\n")
+
+    read = []
+
+    def binarise(a, wd, data):
+        for shard in range(a.seq_kd_shards):
+            read.append(open(wd.path("seqkd", f"shard{shard}.tsv")).read())
+        os.makedirs(wd.path("data-bin-seqkd"), exist_ok=True)
+
+    monkeypatch.setattr(seqkd, "decode_shard", decode_shard)
+    monkeypatch.setattr(seqkd, "binarise", binarise)
+    seqkd.distill_data(options("--seq-kd", "--seq-kd-shards", "10"), wd, "data-bin")
+    assert len(decoded) == 10
+    folder = tmp_path / "seqkd"
+    (folder / "shard4.tsv.tmp").write_text("a write cut off")
+    (folder / "shard1.tsv.tmp").write_text("a write cut off")
+    (folder / "notes.txt").write_text("the user's")
+    (folder / "shard05.tsv").write_text("no name of the recipe's")
+    (tmp_path / "elsewhere.tsv").write_text("the user's")
+    (folder / "shard7.tsv").unlink()
+    (folder / "shard7.tsv").symlink_to(tmp_path / "elsewhere.tsv")
+    given = folder / "shard8.tsv"  # an input of the run (--segment-types), whatever its name
+    decoded.clear(), read.clear()
+    seqkd.distill_data(options("--seq-kd", "--seq-kd-shards", "3", "--segment-types", str(given)), wd, "data-bin")
+    assert decoded == [(3, 0), (3, 1), (3, 2)]  # made again: another shard count
+    assert read == [f"{k}\tsource {k}\ttranslation {k} of 3\n" for k in range(3)]
+    assert sorted(os.listdir(folder)) == ["notes.txt", "shard0.tsv", "shard05.tsv", "shard1.tsv", "shard2.tsv",
+                                          "shard7.tsv", "shard8.tsv"]
+    assert (tmp_path / "elsewhere.tsv").read_text() == "the user's" and given.read_text().endswith("of 10\n")
+    stamps = sorted(n for n in os.listdir(tmp_path / "results") if n.startswith("seqkd_shard"))
+    assert stamps == ["seqkd_shard0.tsv.inputs.json", "seqkd_shard1.tsv.inputs.json", "seqkd_shard2.tsv.inputs.json"]
+    out = capsys.readouterr().out
+    assert "distill_data: removed 7 files of another --seq-kd-shards or of a write cut off: seqkd/shard1.tsv.tmp, " \
+           "seqkd/shard3.tsv, seqkd/shard4.tsv, seqkd/shard4.tsv.tmp, seqkd/shard5.tsv, seqkd/shard6.tsv, " \
+           "seqkd/shard9.tsv" in out, out
+    # the same settings again: nothing decoded, nothing removed
+    decoded.clear(), read.clear()
+    seqkd.distill_data(options("--seq-kd", "--seq-kd-shards", "3", "--segment-types", str(given)), wd, "data-bin")
+    assert decoded == [] and "removed" not in capsys.readouterr().out
+    assert sorted(os.listdir(folder)) == ["notes.txt", "shard0.tsv", "shard05.tsv", "shard1.tsv", "shard2.tsv",
+                                          "shard7.tsv", "shard8.tsv"]
