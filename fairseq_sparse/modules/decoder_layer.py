@@ -156,12 +156,7 @@ class SublayerDecoderLayer(TransformerDecoderLayerBase):
                 return self._fairseq_forward(x, encoder_out, encoder_padding_mask, incremental_state,
                                              prev_self_attn_state, prev_attn_state, self_attn_mask,
                                              self_attn_padding_mask, need_attn, need_head_weights)
-        if prev_self_attn_state is not None or prev_attn_state is not None:
-            raise NotImplementedError("prev_*_attn_state (ONNX export) needs the standard decoder layout")
-        if (self.cross_self_attention or self.attn_ln is not None or self.c_attn is not None
-                or self.ffn_layernorm is not None or self.w_resid is not None):
-            raise NotImplementedError("cross_self_attention, scale_attn, scale_heads, scale_fc, scale_resids need "
-                                      "fairseq's own decoder layer forward (the standard layout, nothing recorded)")
+        self._check_block_forward(prev_self_attn_state, prev_attn_state)
         if encoder_out is None:
             raise ValueError("these decoder layer blocks need the encoder output")
         need_attn = need_attn or need_head_weights
@@ -187,15 +182,30 @@ class SublayerDecoderLayer(TransformerDecoderLayerBase):
             if not self.normalize_before:
                 x = self._block_norm(block, x)
             if rec is not None:
-                if block == "self":
-                    rec["tem"] = x
-                if block == "ffn":
-                    rec["addnorm2"] = x
-                elif i + 1 == n_blocks or self.block_list[i + 1] == "ffn":
-                    rec["addnorm1"] = x  # the last attention block's Add&Norm starts the IFM
+                self._record_block(rec, i, x)
         if rec is not None:
             rec["ifm"] = x
         return x, attn, None
+
+    def _check_block_forward(self, prev_self_attn_state: Optional[List[Tensor]],
+                             prev_attn_state: Optional[List[Tensor]]):
+        """NotImplementedError for what only fairseq's own decoder layer forward implements."""
+        if prev_self_attn_state is not None or prev_attn_state is not None:
+            raise NotImplementedError("prev_*_attn_state (ONNX export) needs the standard decoder layout")
+        if (self.cross_self_attention or self.attn_ln is not None or self.c_attn is not None
+                or self.ffn_layernorm is not None or self.w_resid is not None):
+            raise NotImplementedError("cross_self_attention, scale_attn, scale_heads, scale_fc, scale_resids need "
+                                      "fairseq's own decoder layer forward (the standard layout, nothing recorded)")
+
+    def _record_block(self, rec: Dict[str, Tensor], i: int, x: Tensor):
+        """Record the output ``x`` of block ``i`` for the probing tool: ``tem``, ``addnorm1``, ``addnorm2``."""
+        block = self.block_list[i]
+        if block == "self":
+            rec["tem"] = x
+        if block == "ffn":
+            rec["addnorm2"] = x
+        elif i + 1 == len(self.block_list) or self.block_list[i + 1] == "ffn":
+            rec["addnorm1"] = x  # the last attention block's Add&Norm starts the IFM
 
     def _block_norm(self, block: str, x: Tensor) -> Tensor:
         """The LayerNorm of a block (before it with pre-norm, after its residual with post-norm)."""

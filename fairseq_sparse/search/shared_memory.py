@@ -65,24 +65,7 @@ class SharedMemoryAttention(MultiheadAttention):
                                    need_head_weights=need_head_weights)
         tgt_len, bsz, _ = query.size()
         heads, head_dim = self.num_heads, self.head_dim
-        saved = self._get_input_buffer(incremental_state)
-        if "prev_key" in saved:  # cached at the first step: one row per sentence
-            k, v = saved["prev_key"], saved["prev_value"]
-            assert k is not None and v is not None
-            key_padding_mask = saved.get("prev_key_padding_mask")
-        else:
-            assert key is not None, "the first decoding step needs the encoder output"
-            src_len, sentences = key.size(0), key.size(1)
-            if bsz % sentences:
-                raise ValueError(f"shared encoder memory: {bsz} query rows for {sentences} memory rows")
-            self.hypotheses = bsz // sentences
-            k = self.k_proj(key).contiguous().view(src_len, sentences, heads, head_dim).permute(1, 2, 0, 3)
-            v = self.v_proj(key).contiguous().view(src_len, sentences, heads, head_dim).permute(1, 2, 0, 3)
-            k, v = k.contiguous(), v.contiguous()
-            key_padding_mask = MultiheadAttention._append_prev_key_padding_mask(
-                key_padding_mask, None, sentences, src_len, static_kv=True)
-            saved.update(prev_key=k, prev_value=v, prev_key_padding_mask=key_padding_mask)
-            self._set_input_buffer(incremental_state, saved)
+        k, v, key_padding_mask = self._sentence_memory(key, key_padding_mask, incremental_state, bsz)
         sentences, src_len = k.size(0), k.size(2)
         beam = bsz // sentences
         assert beam * sentences == bsz, (bsz, sentences)
@@ -109,6 +92,30 @@ class SharedMemoryAttention(MultiheadAttention):
             if not need_head_weights:
                 weights = weights.mean(dim=0)
         return attn, weights
+
+    def _sentence_memory(self, key: Optional[Tensor], key_padding_mask: Optional[Tensor],
+                         incremental_state: Dict[str, Dict[str, Optional[Tensor]]], bsz: int):
+        """(keys, values, key padding mask) of the memory, one row per sentence (sentences x H x S x head_dim): the
+        cached ones, else (the first step) projected from the encoder output ``key`` and cached."""
+        heads, head_dim = self.num_heads, self.head_dim
+        saved = self._get_input_buffer(incremental_state)
+        if "prev_key" in saved:  # cached at the first step: one row per sentence
+            k, v = saved["prev_key"], saved["prev_value"]
+            assert k is not None and v is not None
+            return k, v, saved.get("prev_key_padding_mask")
+        assert key is not None, "the first decoding step needs the encoder output"
+        src_len, sentences = key.size(0), key.size(1)
+        if bsz % sentences:
+            raise ValueError(f"shared encoder memory: {bsz} query rows for {sentences} memory rows")
+        self.hypotheses = bsz // sentences
+        k = self.k_proj(key).contiguous().view(src_len, sentences, heads, head_dim).permute(1, 2, 0, 3)
+        v = self.v_proj(key).contiguous().view(src_len, sentences, heads, head_dim).permute(1, 2, 0, 3)
+        k, v = k.contiguous(), v.contiguous()
+        key_padding_mask = MultiheadAttention._append_prev_key_padding_mask(
+            key_padding_mask, None, sentences, src_len, static_kv=True)
+        saved.update(prev_key=k, prev_value=v, prev_key_padding_mask=key_padding_mask)
+        self._set_input_buffer(incremental_state, saved)
+        return k, v, key_padding_mask
 
     def _per_slot(self, a: Tensor, b: Tensor, sentences: int, beam: int) -> Tensor:
         """bmm(a, b) with a: (sentences * beam * H) x T x X over the hypotheses, b: (sentences * H) x X x Y over the
