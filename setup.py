@@ -10,8 +10,8 @@ setup(
     # A lower bound, never an exact pin: installing the plugin must not replace the user's torch.
     # torch>=2.6: the safe checkpoint loader (patches/safe_globals.py) registers (class, "dotted.name") pairs
     # with torch.serialization.add_safe_globals and relies on weights_only=True being torch.load's default.
-    # Tested: torch 2.13.0 (CPU) on Python 3.11 only; scripts/setup_env.sh and requirements.txt keep that
-    # exact pin for reproducible development environments.
+    # Tested: torch 2.13.0 (CPU) on Python 3.11 only; scripts/setup_env.sh keeps that exact pin for reproducible
+    # development environments.
     # fairseq itself (fairseq-fixed==0.12.3.1) is installed with --no-deps by scripts/setup_env.sh;
     # listing it here would drag in torchaudio and another torch.
     install_requires=[
