@@ -1,0 +1,73 @@
+"""E2's summary (3+3 against 6+1) from the study's work dirs (OUT/3x3_s<seed>, OUT/6x1_s<seed>): each arm's stock
+model and freq rule at its budget point (the merge study's reader: G, chrF, repeated trigrams, NLL, copy recall),
+E = G_6+1 - G_3+3 per seed and the decision rule of README.md as committed (2045d0c); results.json next to this
+script, and the markdown table printed.
+
+    python summarise.py OUT [DEST]
+"""
+import importlib.util
+import json
+import os
+import statistics
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+_spec = importlib.util.spec_from_file_location(
+    "merge_summary", os.path.join(HERE, "..", "2026-12-07-l0drop-merge", "summarise.py"))
+merge = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(merge)  # the merge study's reader of a work dir's rows (seed_rows), one implementation
+
+#: the rule (README.md, commit 2045d0c): readable at 0.9x stock's BLEU; E thresholds on the mean and per seed
+READABLE, DEPTH_E, SEED_E, NO_DEPTH_E = 0.9, 10.0, 5.0, 5.0
+RULE = "pattern_freq_scratch"
+
+
+def per_seed(found):
+    """{seed: {stock BLEU of each arm, G of each arm, E, readable}} of every seed with both arms."""
+    out = {}
+    seeds = set(found.get("3x3_", {})) & set(found.get("6x1_", {}))
+    for seed in sorted(seeds):
+        a, b = found["3x3_"][seed], found["6x1_"][seed]
+        if not all(RULE in r and "stock" in r for r in (a, b)):
+            continue
+        g33, g61 = a[RULE]["relative_gap_points"], b[RULE]["relative_gap_points"]
+        out[seed] = {"stock_3x3": a["stock"]["score"], "stock_6x1": b["stock"]["score"], "G_3x3": g33, "G_6x1": g61,
+                     "E": round(g61 - g33, 2), "readable": b["stock"]["score"] >= READABLE * a["stock"]["score"]}
+    return out
+
+
+def read_rule(seeds):
+    """The rule of README.md on the readable seeds."""
+    readable = {s: e for s, e in seeds.items() if e["readable"]}
+    if not readable:
+        return "not read: no seed where the 6+1 stock model reaches 0.9x the 3+3 one's BLEU"
+    if len(seeds) < 2:
+        return f"not read: {len(seeds)} seed(s) of the two the rule needs"
+    E = statistics.mean(e["E"] for e in readable.values())
+    G = statistics.mean(e["G_3x3"] for e in readable.values())
+    if E >= DEPTH_E and all(e["E"] >= SEED_E for e in readable.values()):
+        verdict = "depth keeps the content (a deeper encoder routes what a 3-layer one does not)"
+    elif E <= NO_DEPTH_E:
+        verdict = "depth does not hold the loss at this size"
+    else:
+        verdict = "undecided: a third seed"
+    return {"E_mean": round(E, 2), "depth_share": round(E / abs(G), 3) if G else None, "verdict": verdict,
+            "seeds_read": sorted(readable)}
+
+
+def main(out, dest=HERE):
+    found = merge.seed_rows(out)
+    seeds = per_seed(found)
+    summary = {"rows": found, "seeds": seeds, "rule": read_rule(seeds)}
+    summary["headline"] = {f"{k}_seed{s}": v for s, e in seeds.items() for k, v in e.items() if k != "readable"}
+    with open(os.path.join(dest, "results.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    print(merge.markdown(summary))
+    print(json.dumps(seeds, indent=1), summary["rule"] if isinstance(summary["rule"], str) else summary["rule"]["verdict"])
+    return summary
+
+
+if __name__ == "__main__":
+    if len(sys.argv) not in (2, 3):
+        sys.exit(__doc__)
+    main(*sys.argv[1:])
