@@ -60,9 +60,20 @@ def main(out, dest=HERE):
     seeds = per_seed(found)
     summary = {"rows": found, "seeds": seeds, "rule": read_rule(seeds)}
     summary["headline"] = {f"{k}_seed{s}": v for s, e in seeds.items() for k, v in e.items() if k != "readable"}
+    probes = ["| arm | seed | recovered from the kept states | from the kept embeddings (floor) | the states add (bits) |",
+              "|---|---|---|---|---|"]
+    for prefix, by_seed in sorted(found.items()):
+        for seed, rows in sorted(by_seed.items()):
+            p = rows.get(RULE, {}).get("content_probe")
+            if p:  # probe.sh of the merge study on this arm's dropping model
+                arm = prefix.rstrip("_")
+                summary["headline"][f"probe_accuracy_pct_{arm}_seed{seed}"] = round(100 * p["states"]["accuracy"], 1)
+                summary["headline"][f"probe_gain_bits_{arm}_seed{seed}"] = round(p["gain_bits"], 2)
+                probes.append(f"| {arm} | {seed} | {100 * p['states']['accuracy']:.1f}% | "
+                              f"{100 * p['embeddings']['accuracy']:.1f}% | {p['gain_bits']:+.2f} |")
     with open(os.path.join(dest, "results.json"), "w") as f:
         json.dump(summary, f, indent=1)
-    print(merge.markdown(summary))
+    print(merge.markdown(summary).split("\n\n")[0] + "\n\n" + "\n".join(probes))
     print(json.dumps(seeds, indent=1), summary["rule"] if isinstance(summary["rule"], str) else summary["rule"]["verdict"])
     return summary
 
