@@ -13,7 +13,7 @@ from pathlib import Path
 from sacrebleu.metrics import BLEU
 
 from fairseq_sparse.analysis.scores import paired_bootstrap
-from fairseq_sparse.recipe.evaluation import generate_lines
+from fairseq_sparse.recipe.decoding import generate_lines
 
 
 def decoding(path):

@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 
 from fairseq_sparse.analysis.plotting import pyplot  # noqa: E402
 from fairseq_sparse.analysis.scores import bleu, paired_test  # noqa: E402
-from fairseq_sparse.recipe.evaluation import Evaluation  # noqa: E402
+from fairseq_sparse.recipe.analyses import valid_curve  # noqa: E402
 from fairseq_sparse.recipe.workdir import WorkDir  # noqa: E402
 
 METHODS = {"l0drop": "L0Drop, target 0.5", "pattern_freq": "freq pattern, rate 0.5 (no gates)"}
@@ -53,7 +53,7 @@ def last_train_line(work, name):
 
 
 def seed_results(work):
-    ev = Evaluation(None, WorkDir(work), None)
+    wd = WorkDir(work)
     base = json.load(open(os.path.join(work, "results", "baseline.json")))["result"]
     refs = base["references"]
     runs = {name: decoded(os.path.join(work, "logs", f"generate.{name}.log")) for name in ["control", *METHODS]}
@@ -63,10 +63,10 @@ def seed_results(work):
     baseline = [base["hypotheses"][i][0] for i in ids]
     out = {"baseline": {"bleu_all": base["score"], "bleu_common": round(bleu(baseline, ref), 2),
                         "stopped": json.load(open(os.path.join(work, "baseline", "stopped.json"))),
-                        "valid_curve": [list(v) for v in ev.valid_curve("baseline")], "parameters": base["parameters"]},
+                        "valid_curve": [list(v) for v in valid_curve(wd, "baseline")], "parameters": base["parameters"]},
            "decoded": {name: len(d) for name, d in runs.items()}, "common_sentences": len(ids),
            "control": {"bleu_common": round(bleu(control, ref), 2),
-                       "valid_curve": [list(v) for v in ev.valid_curve("control")]},
+                       "valid_curve": [list(v) for v in valid_curve(wd, "control")]},
            "timing": {n: json.load(open(os.path.join(work, n, "timing.json"))) for n in ["baseline", "control", *METHODS]},
            "methods": {}}
     out["control"]["gain_over_baseline_common"] = round(out["control"]["bleu_common"] - out["baseline"]["bleu_common"], 2)
@@ -78,7 +78,7 @@ def seed_results(work):
                                 "p_value": paired_test("bleu", control, hyps, ref, "13a").get("p_value"),
                                 "pruned": float(train.get("train_l0drop_test_time_sparsity",
                                                           train.get("train_l0drop_sparsity", "nan"))),
-                                "valid_curve": [list(v) for v in ev.valid_curve(name)]}
+                                "valid_curve": [list(v) for v in valid_curve(wd, name)]}
     return out, runs, refs
 
 

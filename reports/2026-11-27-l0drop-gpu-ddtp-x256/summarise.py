@@ -18,7 +18,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 
 from fairseq_sparse.analysis.plotting import pyplot  # noqa: E402
 from fairseq_sparse.analysis.scores import paired_test  # noqa: E402
-from fairseq_sparse.recipe.evaluation import Evaluation, same_hypotheses  # noqa: E402
+from fairseq_sparse.recipe.analyses import valid_curve  # noqa: E402
+from fairseq_sparse.recipe.decoding import same_hypotheses  # noqa: E402
 from fairseq_sparse.recipe.workdir import WorkDir  # noqa: E402
 
 METHODS = {"l0drop": "L0Drop, target 0.5", "l0drop_low": "L0Drop, target 0.3",
@@ -33,7 +34,7 @@ def cached(work, key):
 
 def valid_curve(work):
     """The baseline's validations: the recipe's own reading of its fairseq-train log."""
-    return [list(v) for v in Evaluation(None, WorkDir(work), None).valid_curve("baseline")]
+    return [list(v) for v in valid_curve(WorkDir(work), "baseline")]
 
 
 def compare(control, row):

@@ -10,7 +10,7 @@ import sys
 
 from fairseq_sparse.recipe import gap_analysis
 from fairseq_sparse.recipe.budget import checkpoints_by_updates
-from fairseq_sparse.recipe.evaluation import paired_test_of
+from fairseq_sparse.recipe.decoding import paired_test_of
 from fairseq_sparse.recipe.main import checked
 
 
