@@ -183,8 +183,9 @@ def markdown(summary):
                 if r is None:
                     continue
                 side, source = "method", r
-                if model == "stock":  # its NLL and copy recall: the gap analyses' control (the same checkpoint)
-                    side, source = "control", next((x for x in rows.values() if x.get("nll")), {})
+                if model == "stock":  # its NLL and copy recall: the gap analyses' control (the same checkpoint), the
+                    # recall on the words the first model of NAMES with a gap analysis split (the freq rule's)
+                    side, source = "control", next((rows[x] for x in NAMES if rows.get(x, {}).get("nll")), {})
                 nll = source.get("nll", {}).get(side)
                 copy = source.get("copy_recall", {}).get(side)
                 lines.append(
