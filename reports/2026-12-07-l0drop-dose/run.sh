@@ -6,6 +6,9 @@
 # PHASE: train (every model of SEEDS side by side), read (the gap analysis and report of each work dir, after every
 # training in it has ended: the merge study's seed work dir holds the whole-word model), summary. SEEDS: default
 # 1. A phase run again resumes (the recipe reuses what finished and restarts a training from its last checkpoint).
+# Reads added during the runs (before any result): attention (the stock model's encoder-decoder attention on the
+# states each rate's rule prunes: fairseq-sparse-attention-analysis --gates-from) and probe (the merge study's
+# content probe on each dose work dir).
 set -euo pipefail
 : "${CORPUS:?CORPUS=the en-de corpus folder}" "${SOURCE:?SOURCE=the OUT of the merge study}" "${OUT:?OUT=a folder}"
 RECIPE=${RECIPE:-fairseq-sparse-recipe}
@@ -47,7 +50,17 @@ for phase in "$@"; do
       for p in "${pids[@]}"; do wait "$p"; done ;;
     read)
       for s in $SEEDS; do for rate in 0.1 0.25 0.5; do recipe "$s" "$rate" gap_analysis,report; done; done ;;
+    attention)
+      for s in $SEEDS; do for rate in 0.1 0.25 0.5; do
+        dest=$OUT/attention/stock_s${s}_rule$rate
+        [ -f "$dest/attention.json" ] && continue
+        mkdir -p "$OUT/attention"
+        fairseq-sparse-attention-analysis "$SOURCE/f${FRACTION}_s1/data-bin" --gen-subset test --output-dir "$dest" \
+          --path "$(ls "$SOURCE/f${FRACTION}_s$s"/baseline/checkpoint_*_$UPDATES.pt | head -1)" \
+          --gates-from "$(work_of "$s" "$rate")/pattern_freq_scratch/checkpoint_last.pt" > "$dest.log" 2>&1
+      done; done ;;
+    probe) OUT=$OUT "$(dirname "$0")/../2026-12-07-l0drop-merge/probe.sh" $(for s in $SEEDS; do echo "r0.1_s$s r0.25_s$s"; done) ;;
     summary) python3 "$(dirname "$0")/summarise.py" "$SOURCE" "$OUT" ;;
-    *) echo "unknown phase $phase (train read summary)" >&2; exit 2 ;;
+    *) echo "unknown phase $phase (train read attention probe summary)" >&2; exit 2 ;;
   esac
 done

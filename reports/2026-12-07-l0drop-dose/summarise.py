@@ -84,12 +84,36 @@ def read_rules(found):
     return out
 
 
+def attention(out, seed):
+    """{rate: the stock model's summed encoder-decoder attention per source piece (mean over the test pieces), on the
+    pieces the rule at that rate prunes and on those it keeps} (run.sh attention)."""
+    found = {}
+    for rate in (0.1, 0.25, 0.5):
+        path = os.path.join(out, "attention", f"stock_s{seed}_rule{rate}", "attention.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                a = json.load(f)["l0drop"]
+            found[rate] = {"pruned_share": round(a["sparsity"], 4), **{
+                f"summed_attention_{k}": round(a["summed_attention"][k]["mean"], 3) for k in ("kept", "pruned")}}
+    return found
+
+
+def probes(found):
+    """{model@rate: the content probe's accuracy from the kept states and from the kept embeddings (%), the gain in
+    bits} of every point with one (probe.sh of the merge study)."""
+    return {f"{m}@{r}": {"states_pct": round(100 * p["states"]["accuracy"], 1),
+                         "embeddings_pct": round(100 * p["embeddings"]["accuracy"], 1),
+                         "gain_bits": round(p["gain_bits"], 2)}
+            for (m, r), row in found.items() for p in [row.get("content_probe")] if p}
+
+
 def main(source, out, dest=HERE, seeds=(1,)):
     summary = {"seeds": {}}
     for seed in seeds:
         found = points(source, out, seed)
         summary["seeds"][seed] = {"points": {f"{m}@{r}": {k: v for k, v in row.items() if k != "work"}
-                                             for (m, r), row in found.items()}, "rules": read_rules(found)}
+                                             for (m, r), row in found.items()}, "rules": read_rules(found),
+                                  "stock_attention": attention(out, seed), "content_probe": probes(found)}
         drop = sorted((r["source_states_pruned"] * 100, r["relative_gap_points"]) for (m, _), r in found.items()
                       if m == DROP)
         others = [(merge.NAMES[m], [100 * r["source_states_pruned"]], [r["relative_gap_points"]])
@@ -101,7 +125,8 @@ def main(source, out, dest=HERE, seeds=(1,)):
         tables = [merge.markdown({"rows": {f"rate {rate}, ": {seed: {m: r for (m, x), r in found.items() if x == rate}}}})
                   .split("\n\n")[0] for rate in (0.1, 0.25, 0.5)]
         print(f"seed {seed}:\n" + "\n".join([tables[0]] + [t.split("\n", 2)[2] for t in tables[1:] if t.count("\n") > 1]))
-        print(json.dumps(summary["seeds"][seed]["rules"], indent=1, default=str))
+        print(json.dumps({k: summary["seeds"][seed][k] for k in ("rules", "stock_attention", "content_probe")},
+                         indent=1, default=str))
     with open(os.path.join(dest, "results.json"), "w") as f:
         json.dump(summary, f, indent=1)
     return summary
