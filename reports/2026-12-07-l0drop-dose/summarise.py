@@ -28,9 +28,9 @@ DROP, MERGE, WORDS = "pattern_freq_scratch", "pattern_freq_merge_mean_scratch", 
 
 def points(source, out, seed):
     """{(model, rate): row} of one seed: the dose work dirs' models and the merge study's at 0.5."""
-    found = {}
+    found, read = {}, {folder: merge.seed_rows(folder) for folder in (source, out)}  # each work dir read once
     for folder, prefix, rate in ((out, "r0.1_", 0.1), (out, "r0.25_", 0.25), (source, "f0.25_", 0.5)):
-        rows = merge.seed_rows(folder).get(prefix, {}).get(seed, {})
+        rows = read[folder].get(prefix, {}).get(seed, {})
         for model in (DROP, MERGE, WORDS):
             if model in rows and (model != MERGE or rate == 0.1):
                 found[(model, rate)] = dict(rows[model], work=os.path.join(folder, f"{prefix}s{seed}"))
@@ -77,8 +77,9 @@ def read_rules(found):
     drops = [v for k, v in g.items() if k[0] == DROP]
     if (WORDS, 0.5) in g and len(drops) == 3:
         pw, gw = g[(WORDS, 0.5)]
-        w = round(gw - curve(drops, pw), 2)
-        out["whole_words"] = {"p_w": pw, "G_w": gw, "curve_at_p_w": round(curve(drops, pw), 2), "W": w, "verdict":
+        at = curve(drops, pw)
+        w = round(gw - at, 2)
+        out["whole_words"] = {"p_w": pw, "G_w": gw, "curve_at_p_w": round(at, 2), "W": w, "verdict":
                               "split words hold a share of the loss" if w >= KEEPS else
                               "they do not" if w <= KEEPS_NOT else "undecided: seed 2"}
     return out
