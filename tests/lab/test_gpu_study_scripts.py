@@ -1,12 +1,10 @@
 """The prepared study calls of lab/calls/ (issue 42's studies c-e), each checked on tiny data the way it
 will run on a GPU: the recipe's checks of its options, steps and carried inputs (CHECK_ONLY=1), so that a mistake in
 one shows here and not in a device call; nothing is written by the checks."""
-import json
 import os
 import shutil
 import subprocess
 import sys
-import tarfile
 
 import pytest
 
@@ -72,27 +70,3 @@ def test_a_call_whose_options_the_recipe_refuses_fails_its_check(carry, tmp_path
     done = check("f_decisive.sh", missing)
     assert done.returncode == 2 and "test.segment_types, which is missing: carry it" in done.stderr, done.stderr
 
-
-def test_the_decisive_call_runs_end_to_end_in_its_plumbing_mode(carry, tmp_path):
-    """Study f on the CPU, one of its runs (half the pairs: a run with a tag), tiny models: every step exits 0, the
-    report has the freq rule beside the stock model at both budget points (the last at an epoch's end, where fairseq
-    saves no interval checkpoint) and the gap analysis, and the pack holds it."""
-    out = tmp_path / "out"
-    out.mkdir()
-    work = tmp_path / "carry"
-    shutil.copytree(carry, work, symlinks=True)
-    tiny = ("--max-tokens 2000 --embed-dim 32 --ffn-dim 64 --heads 2 --beam 2 --warmup-updates 10 --search fairseq")
-    done = subprocess.run([os.path.join(STUDIES, "f_decisive.sh")], capture_output=True, text=True, timeout=900,
-                          env={**os.environ, "VENV": os.path.dirname(os.path.dirname(sys.executable)), "DEVICE": "cpu",
-                               "AMP": "", "CARRY": str(work), "OUT": str(out), "RUNS": "1@0.5", "UPDATES": "20",
-                               "POINTS": "10,20", "VALIDATE": "10", "THREADS": "1", "EXTRA_ARGS": tiny})
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    log = (out / "study.log").read_text()
-    assert "exit 0" in log and "exit 1" not in log and "exit 2" not in log, log[-3000:]
-    assert sorted(os.listdir(out)) == ["study.log", "study.tgz"]
-    with open(work / "DEC_f0.5_s1" / "results.json") as f:
-        r = json.load(f)
-    assert [p["updates"] for p in r["budget"]["pattern_freq_scratch"]] == [10, 20]
-    assert "pattern_freq_scratch" in r["gap_analysis"] and r["settings"]["data_bin"].endswith("DEC_f0.5/data-bin")
-    with tarfile.open(out / "study.tgz") as t:
-        assert any(n.endswith("DEC_f0.5_s1/results.json") for n in t.getnames())
