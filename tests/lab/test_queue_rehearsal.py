@@ -16,9 +16,9 @@ import tarfile
 from conftest import REPO, console, run
 
 SMALL = ["--bpe-merges", "60", "--device", "cpu", "--steps", "prepare", "--quiet"]
-#: the plumbing mode's tiny sizes and budgets (two budget points, the last at an epoch's end, where fairseq saves no
-#: interval checkpoint), one seed and one run (each seed's runs are the same commands; f_decisive.sh's RUNS: half the
-#: pairs, a run with a tag), and a CPU's time
+#: the plumbing mode's tiny sizes and budgets (two budget points; in f_decisive.sh's run, half the pairs, the last
+#: falls at an epoch's end, where fairseq saves no interval checkpoint), one seed and one run (each seed's runs are
+#: the same commands; f_decisive.sh's RUNS: half the pairs, a run with a tag), and a CPU's time
 TINY = {"UPDATES": "20", "POINTS": "10,20", "VALIDATE": "10", "WIDTH": "32", "HEADS": "2", "THREADS": "1",
         "SEEDS": "1", "RUNS": "1@0.5", "SECONDS_LEFT": "1500",
         "EXTRA_ARGS": "--max-tokens 2000 --beam 2 --warmup-updates 4 --search fairseq"}
@@ -97,5 +97,5 @@ def test_the_queues_first_two_calls_run_as_the_gpu_machine_runs_them(raw_corpus,
             assert len(packed) == 1, packed  # the seed's (the run's) work dir, with its report
             results = json.load(t.extractfile(packed[0]))
         assert results["budget"] and results["gap_analysis"], sorted(results)
-        for model, points in results["budget"].items():  # both points, the last at an epoch's end
+        for model, points in results["budget"].items():  # both points, each decoded
             assert [p["updates"] for p in points] == [10, 20], (model, points)
