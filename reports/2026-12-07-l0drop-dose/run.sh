@@ -5,7 +5,7 @@
 #   CORPUS=ddtp/en-de SOURCE=runs/merge OUT=runs/dose reports/2026-12-07-l0drop-dose/run.sh PHASE ...
 # PHASE: train (every model of SEEDS side by side), read (the gap analysis and report of each work dir, after every
 # training in it has ended: the merge study's seed work dir holds the whole-word model), summary. SEEDS: default
-# 1. A phase run again resumes (the recipe reuses what finished and restarts a training from its last checkpoint).
+# 1 (seed 2: SEEDS=2 DROPS_ONLY=1 for train and read, SEEDS="1 2" for summary). A phase run again resumes (the recipe reuses what finished and restarts a training from its last checkpoint).
 # Reads added during the runs (before any result): attention (the stock model's encoder-decoder attention on the
 # states each rate's rule prunes: fairseq-sparse-attention-analysis --gates-from) and probe (the merge study's
 # content probe on each dose work dir).
@@ -36,6 +36,8 @@ copy_stock() {  # copy_stock SEED RATE: the merge study's data and stock model i
 }
 MODELS=("0.1 pattern_freq_scratch" "0.1 pattern_freq_merge_mean_scratch" "0.25 pattern_freq_scratch"
         "0.5 pattern_freq_words_scratch")
+# DROPS_ONLY=1: only the dose curve's drops at 0.1 and 0.25 (seed 2's runs: README.md, "Seed 2")
+if [ "${DROPS_ONLY:-0}" = 1 ]; then MODELS=("0.1 pattern_freq_scratch" "0.25 pattern_freq_scratch"); fi
 for phase in "$@"; do
   case $phase in
     train)
@@ -60,7 +62,7 @@ for phase in "$@"; do
           --gates-from "$(work_of "$s" "$rate")/pattern_freq_scratch/checkpoint_last.pt" > "$dest.log" 2>&1
       done; done ;;
     probe) OUT=$OUT "$(dirname "$0")/../2026-12-07-l0drop-merge/probe.sh" $(for s in $SEEDS; do echo "r0.1_s$s r0.25_s$s"; done) ;;
-    summary) python3 "$(dirname "$0")/summarise.py" "$SOURCE" "$OUT" ;;
+    summary) SEEDS=$SEEDS python3 "$(dirname "$0")/summarise.py" "$SOURCE" "$OUT" ;;
     *) echo "unknown phase $phase (train read attention probe summary)" >&2; exit 2 ;;
   esac
 done

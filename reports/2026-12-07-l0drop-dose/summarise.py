@@ -3,7 +3,7 @@
 at 0.5, each against its seed's stock model at update 850, and the decision rule of README.md as committed (48e74b4);
 results.json and the plot of G against p next to this script, the table printed.
 
-    python summarise.py SOURCE OUT [DEST]
+    SEEDS="1 2" python summarise.py SOURCE OUT [DEST]      (SEEDS: default 1; with two, rule 1 on their mean too)
 """
 import importlib.util
 import json
@@ -58,17 +58,33 @@ def against(a, b):
         da["hypotheses"], db["hypotheses"], da["references"])
 
 
+def dose_shape(p1, g1, p5, g5):
+    """Rule 1 on the drops at 0.1 (share P1, gap G1) and 0.5 (P5, G5): the 0.1 point against the line through the
+    0.5 point."""
+    line = g5 * p1 / p5
+    shape = ("front-loaded" if g1 <= FRONT_FACTOR * line and g1 <= FRONT_POINTS else
+             "proportional" if g1 >= line - BAND else "undecided: seed 2")
+    return {"G_0.1": g1, "p_0.1": p1, "line_at_p_0.1": round(line, 2),
+            "cost_per_point_ratio": round((g1 / p1) / (g5 / p5), 2), "verdict": shape}
+
+
+def mean_dose(seeds):
+    """Rule 1 on the seeds' mean shares and gaps (README.md, seed 2's rule), or None with fewer than two seeds."""
+    points = [(r["points"][f"{DROP}@0.1"], r["points"][f"{DROP}@0.5"]) for r in seeds.values()
+              if f"{DROP}@0.1" in r["points"] and f"{DROP}@0.5" in r["points"]]
+    if len(points) < 2:
+        return None
+    mean = lambda at, key: sum(p[at][key] for p in points) / len(points)  # noqa: E731
+    return dict(dose_shape(*(round(mean(at, k), 4) for at in (0, 1)
+                             for k in ("source_states_pruned", "relative_gap_points"))), seeds=len(points))
+
+
 def read_rules(found):
     """The three rules of README.md on one seed's points (each 'not read' where a point is missing)."""
     g = {k: (r["source_states_pruned"], r["relative_gap_points"]) for k, r in found.items() if k[0] != "stock"}
     out = {}
     if (DROP, 0.1) in g and (DROP, 0.5) in g:
-        (p1, g1), (p5, g5) = g[(DROP, 0.1)], g[(DROP, 0.5)]
-        line = g5 * p1 / p5
-        shape = ("front-loaded" if g1 <= FRONT_FACTOR * line and g1 <= FRONT_POINTS else
-                 "proportional" if g1 >= line - BAND else "undecided: seed 2")
-        out["dose"] = {"G_0.1": g1, "p_0.1": p1, "line_at_p_0.1": round(line, 2),
-                       "cost_per_point_ratio": round((g1 / p1) / (g5 / p5), 2), "verdict": shape}
+        out["dose"] = dose_shape(*g[(DROP, 0.1)], *g[(DROP, 0.5)])
     if (DROP, 0.1) in g and (MERGE, 0.1) in g:
         m = round(g[(MERGE, 0.1)][1] - g[(DROP, 0.1)][1], 2)
         out["merge_at_0.1"] = {"M": m, "merge_vs_drop": against(found[(DROP, 0.1)], found[(MERGE, 0.1)]), "verdict":
@@ -128,6 +144,9 @@ def main(source, out, dest=HERE, seeds=(1,)):
         print(f"seed {seed}:\n" + "\n".join([tables[0]] + [t.split("\n", 2)[2] for t in tables[1:] if t.count("\n") > 1]))
         print(json.dumps({k: summary["seeds"][seed][k] for k in ("rules", "stock_attention", "content_probe")},
                          indent=1, default=str))
+    if mean_dose(summary["seeds"]):
+        summary["dose_over_seeds"] = mean_dose(summary["seeds"])
+        print("rule 1 on the seeds' mean:", summary["dose_over_seeds"])
     with open(os.path.join(dest, "results.json"), "w") as f:
         json.dump(summary, f, indent=1)
     return summary
@@ -136,4 +155,4 @@ def main(source, out, dest=HERE, seeds=(1,)):
 if __name__ == "__main__":
     if len(sys.argv) not in (3, 4):
         sys.exit(__doc__)
-    main(*sys.argv[1:])
+    main(*sys.argv[1:], seeds=tuple(int(s) for s in os.environ.get("SEEDS", "1").split()))

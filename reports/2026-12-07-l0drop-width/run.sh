@@ -5,17 +5,20 @@
 # report. Both seeds read the merge study's seed-1 data (the same pairs, BPE, dictionary and test set as its x128 runs).
 #   SOURCE=runs/merge OUT=runs/width reports/2026-12-07-l0drop-width/run.sh PHASE ...
 # PHASE: train, read (after train), summary. A phase run again resumes (the recipe reuses what finished and restarts
-# a training from its last checkpoint).
+# a training from its last checkpoint). NAME and SHAPE (default x256 and its options) let another shape's study run
+# the same grid (the heads study: NAME=h8 SHAPE='--embed-dim 128 --ffn-dim 512 --heads 8').
 set -euo pipefail
 : "${SOURCE:?SOURCE=the OUT of the merge study}" "${OUT:?OUT=a folder for the work dirs}"
 RECIPE=${RECIPE:-fairseq-sparse-recipe}
 SEEDS=${SEEDS:-1 2}
 UPDATES=850
+NAME=${NAME:-x256}
+read -r -a SHAPE <<< "${SHAPE:---embed-dim 256 --ffn-dim 1024 --heads 4}"
 mkdir -p "$OUT"
-common=(--data-bin "$SOURCE/f0.25_s1/data-bin" -s en -t de --embed-dim 256 --ffn-dim 1024 --heads 4
+common=(--data-bin "$SOURCE/f0.25_s1/data-bin" -s en -t de "${SHAPE[@]}"
         --baseline-updates "$UPDATES" --baseline-patience 0 --scratch-budget-points "$UPDATES"
         --validate-interval 5 --threads 1 --quiet --segment-types "$SOURCE/test.segment_types")
-recipe() { "$RECIPE" --work-dir "$OUT/x256_s$1" --seed "$1" "${common[@]}" --steps "$2"; }  # recipe SEED STEPS
+recipe() { "$RECIPE" --work-dir "$OUT/${NAME}_s$1" --seed "$1" "${common[@]}" --steps "$2"; }  # recipe SEED STEPS
 for phase in "$@"; do
   case $phase in
     train)
