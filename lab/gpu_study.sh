@@ -102,6 +102,8 @@ for phase in "$@" report; do
 done
 [[ -z "${CHECK_ONLY:-}" ]] || { echo "gpu_study.sh: options, steps and inputs checked (CHECK_ONLY: nothing run)"; exit 0; }
 FAILED=$(mktemp)  # a line per step that did not end with exit 0: the call's own exit status says so
+LOCK="${TMPDIR:-/tmp}/gpu_study.$$.pack.lock"  # the packs' lock, outside $OUT
+trap 'rm -f "$FAILED" "$LOCK" "${TMPDIR:-/tmp}/gpu_study.$$.tgz"' EXIT
 for seed in $SEEDS; do
     [[ "$seed" == *@* ]] && continue  # a tagged run reads the data its own RECIPE_ARGS name
     W=$(dir_of "$seed") F=$(dir_of "$first")
@@ -137,7 +139,7 @@ pack() {  # the runs side by side pack one at a time (a lock outside $OUT), each
         flock 9
         tar -czf "${TMPDIR:-/tmp}/gpu_study.$$.tgz" --exclude='*.pt' --exclude=data-bin --exclude=tok "${dirs[@]}" \
             && mv "${TMPDIR:-/tmp}/gpu_study.$$.tgz" "$OUT/study.tgz"
-    ) 9> "${TMPDIR:-/tmp}/gpu_study.$$.pack.lock"
+    ) 9> "$LOCK"
 }
 
 bring_back() {  # model-only fp16 copies, in parts where one is over 16 MiB, as long as the 8 files that come back hold them
@@ -181,7 +183,5 @@ bring_back
 echo "done ($(date +%T))"
 if [[ -s "$FAILED" ]]; then
     echo "gpu_study.sh: $(wc -l < "$FAILED") step(s) did not end with exit 0 (a stopped run resumes in the next call): $(tr '\n' ';' < "$FAILED")"
-    rm -f "$FAILED"
     exit 1
 fi
-rm -f "$FAILED"

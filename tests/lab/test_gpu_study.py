@@ -1,6 +1,7 @@
-"""lab/gpu_study.sh in its CPU plumbing mode on a tiny corpus: one device call's whole study (baselines of two
-seeds side by side under a wall-clock bound, every fine-tuning beside its equal-updates control, budget points,
-the report per seed, the pack and the model-only fp16 checkpoints), as the GPU runs it."""
+"""lab/gpu_study.sh in its CPU plumbing mode on a tiny corpus: one device call's study of fine-tunings (the
+baseline under a wall-clock bound, every fine-tuning beside its equal-updates control, budget points, the report,
+the pack and the model-only fp16 checkpoints), as the GPU runs it; one seed (seeds side by side, from scratch: the
+queue's rehearsal, tests/lab/test_queue_rehearsal.py)."""
 import json
 import os
 import re
@@ -27,17 +28,21 @@ def test_one_call_one_study_in_plumbing_mode(raw_corpus, tmp_path):
     # counts), the fine-tunings by updates
     args = TINY + ["--baseline-updates", "400", "--baseline-minutes", "0.05", "--validate-interval-updates", "10",
                    "--budget-points", "10,20", "--corpus", str(raw_corpus), "-s", "en", "-t", "de"]
+    tmp = tmp_path / "tmp"  # the packs' lock and temporary pack: removed when the study ends
+    tmp.mkdir()
     env = dict(os.environ, VENV=os.path.dirname(os.path.dirname(sys.executable)), DEVICE="cpu", THREADS="1", OUT=str(out), SECONDS_LEFT="800",
-               RECIPE_ARGS=" ".join(args), BRING_BACK="1:l0drop/checkpoint_last.pt baseline/checkpoint_best.pt",
+               TMPDIR=str(tmp), RECIPE_ARGS=" ".join(args),
+               BRING_BACK="1:l0drop/checkpoint_last.pt baseline/checkpoint_best.pt control/checkpoint_last.pt",
                # 51 KiB a file: the tiny checkpoints come back in parts; at most 6 files come back
                BRING_BACK_MIB="0.05", BRING_BACK_FILES="6")
     subprocess.run([os.path.join(os.path.dirname(sys.executable), "fairseq-sparse-recipe"), *args, "--work-dir", prefix + "1",
                     "--steps", "prepare", "--device", "cpu", "--quiet"], check=True, capture_output=True)
-    done = subprocess.run(["bash", SCRIPT, prefix, "1 2", "baseline", "control,l0drop"], env=env,
+    done = subprocess.run(["bash", SCRIPT, prefix, "1", "baseline", "control,l0drop"], env=env,
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "seed 2, l0drop: exit 0" in done.stdout and "seed 1, report: exit 0" in done.stdout, done.stdout
-    for seed in (1, 2):
+    assert "seed 1, l0drop: exit 0" in done.stdout and "seed 1, report: exit 0" in done.stdout, done.stdout
+    assert not [n for n in os.listdir(tmp) if n.startswith("gpu_study.")], os.listdir(tmp)
+    for seed in (1,):
         results = json.loads(open(f"{prefix}{seed}/results.json").read())
         stopped = results["stopped"]["baseline"]
         assert stopped["updates"] < 400 and "--baseline-minutes" in stopped["reason"], stopped
@@ -56,11 +61,12 @@ def test_one_call_one_study_in_plumbing_mode(raw_corpus, tmp_path):
         assert results["l0drop_exact"]["identical"]
     with tarfile.open(out / "study.tgz") as t:
         names = t.getnames()
-    assert any(n.endswith("W2/results.json") for n in names) and not any(n.endswith(".pt") for n in names)
+    assert any(n.endswith("W1/results.json") for n in names) and not any(n.endswith(".pt") for n in names)
     brought = sorted(os.listdir(out))
-    # seed 1's L0Drop first, whole; then the baselines as long as the 6 files hold them, whole or not at all
+    # seed 1's L0Drop first, whole; then the baseline and the control as long as the 6 files hold them, whole or not
+    # at all
     assert len(brought) <= 6 and "study.tgz" in brought, brought
-    left_out = re.findall(r"bring back \S+/(W\d/baseline/checkpoint_best.pt): left out", done.stdout)
+    left_out = re.findall(r"bring back \S+/(W\d/\w+/checkpoint_\w+\.pt): left out", done.stdout)
     assert left_out, done.stdout
     for name in brought:
         whole = re.fullmatch(r"(s\d_\w+)\.part\d+of(\d+)\.pt", name)
@@ -86,17 +92,24 @@ def test_one_call_one_study_in_plumbing_mode(raw_corpus, tmp_path):
     summary_json = tmp_path / "summary.json"
     study_summary.main([str(out / "study.tgz"), "--json", str(summary_json)])
     summary = json.loads(summary_json.read_text())
-    assert sorted(summary["seeds"]) == ["1", "2"]
-    gaps = []
-    for seed in (1, 2):
-        models = json.loads(open(f"{prefix}{seed}/results.json").read())["models"]
-        row = summary["seeds"][str(seed)]["models"]["l0drop"]
-        assert row["control"] == "control" and row["gap"] == round(models["l0drop"]["score"] - models["control"]["score"], 2)
-        assert row["source_states_pruned"] == models["l0drop"]["l0drop_sparsity"] and row["updates"] == 20
-        assert 0 <= row["p_value"] <= 1
-        gaps.append(row["gap"])
-    assert summary["mean"]["l0drop"] == {"gap": round(sum(gaps) / 2, 2), "seeds": 2, "p_values": [
-        summary["seeds"][s]["models"]["l0drop"]["p_value"] for s in ("1", "2")]}
+    assert sorted(summary["seeds"]) == ["1"]
+    results = json.loads(open(f"{prefix}1/results.json").read())
+    models = results["models"]
+    row = summary["seeds"]["1"]["models"]["l0drop"]
+    assert row["control"] == "control" and row["gap"] == round(models["l0drop"]["score"] - models["control"]["score"], 2)
+    assert row["source_states_pruned"] == models["l0drop"]["l0drop_sparsity"] and row["updates"] == 20
+    assert 0 <= row["p_value"] <= 1
+    # over two seeds: the pack unpacked beside a second seed's work dir (its L0Drop model 1 point better)
+    both = tmp_path / "both"
+    with tarfile.open(out / "study.tgz") as t:
+        t.extractall(both, filter="data")
+    results["settings"]["seed"] = 2
+    results["models"]["l0drop"]["score"] += 1.0
+    (both / "W2").mkdir()
+    (both / "W2" / "results.json").write_text(json.dumps(results))
+    two = study_summary.summarise(str(both))
+    assert sorted(two["seeds"]) == [1, 2] and two["seeds"][2]["models"]["l0drop"]["gap"] == round(row["gap"] + 1.0, 2)
+    assert two["mean"]["l0drop"]["gap"] == round(row["gap"] + 0.5, 2) and two["mean"]["l0drop"]["seeds"] == 2
     with pytest.raises(SystemExit):  # an existing --json is not overwritten
         study_summary.main([str(out / "study.tgz"), "--json", str(summary_json)])
 
