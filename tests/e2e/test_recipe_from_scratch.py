@@ -1,11 +1,10 @@
 """The recipe's routes to a sparse model that issue 52 compares, end to end on the tiny corpus: methods trained from
 scratch beside the baseline at equal updates (--scratch-budget-points), on a share of the training pairs
-(--train-fraction), the gap analysis of each pair, and fine-tunings that continue the baseline's optimisation
-(--finetune-protocol continue)."""
+(--train-fraction), and the gap analysis of each pair (fine-tunings that continue the baseline's optimisation,
+--finetune-protocol continue: test_recipe_variants.py, from its shared baseline)."""
 import json
 import os
 
-from fairseq_sparse.checkpoint_safety import read_state
 from helpers.recipe import recipe
 
 
@@ -45,42 +44,3 @@ def test_methods_from_scratch_beside_the_baseline_and_their_gap_analysis(raw_cor
     assert set(freq["nll"]["method"]) == {"train_sample", "valid"}
     report = (work / "REPORT.md").read_text()
     assert "## Where the source-pruning models lose (gap_analysis)" in report and "| synopsis |" in report
-
-
-def test_a_continued_fine_tuning_keeps_the_baselines_adam_and_rate(raw_corpus, tmp_path, monkeypatch):
-    work = tmp_path / "work"
-    recipe(raw_corpus, work, ["--steps", "prepare,baseline,control,l0drop", "--finetune-protocol", "continue",
-                              "--threads", "1"])
-    start = read_state(str(work / "baseline" / "checkpoint_continue.pt"))
-    assert start["optimizer_history"][-1]["num_updates"] == 0
-    for name in ("control", "l0drop"):
-        state = read_state(str(work / name / "checkpoint_last.pt"))
-        assert state["optimizer_history"][-1]["num_updates"] == 20
-        steps = {float(s["step"]) for s in state["last_optimizer_state"]["state"].values() if "step" in s}
-        assert 60.0 in steps  # the baseline's 40 Adam steps go on: 40 + 20 (the gates' new state: 20)
-        cmd = (work / "commands" / f"{name}.sh").read_text()
-        assert "--lr-scheduler inverse_sqrt_continued" in cmd and "--lr-offset-updates 40" in cmd
-    # issue 62 items 2 and 8: a refused continued start (here, a full disk) ends in one line and leaves control/ as it
-    # was (it left control/key.json, so the corrected re-run was refused as if control had trained)
-    import shutil
-
-    import torch
-
-    shutil.rmtree(work / "control")
-    os.remove(work / "baseline" / "checkpoint_continue.pt")
-
-    def full_disk(obj, path, *args, **kwargs):
-        with open(path, "wb") as f:
-            f.write(b"half")
-        raise RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 64 vs 0\nmore")
-
-    monkeypatch.setattr(torch, "save", full_disk)
-    proc = recipe(raw_corpus, work, ["--steps", "control", "--finetune-protocol", "continue", "--threads", "1"],
-                  check=False)
-    assert proc.returncode != 0 and "cannot write baseline/checkpoint_continue.pt" in proc.stderr
-    assert "Traceback" not in proc.stderr
-    assert not (work / "control").exists()
-    assert [f for f in os.listdir(work / "baseline") if ".tmp" in f or "continue" in f] == []
-    monkeypatch.undo()
-    recipe(raw_corpus, work, ["--steps", "control", "--finetune-protocol", "continue", "--threads", "1"])
-    assert read_state(str(work / "control" / "checkpoint_last.pt"))["optimizer_history"][-1]["num_updates"] == 20

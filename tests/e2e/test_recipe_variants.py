@@ -1,5 +1,5 @@
 """fairseq-sparse-recipe on other inputs and options (a tokenised corpus without BPE, a data-bin, sequence-level
-distillation, character level), its results keyed by the checkpoints that produced them, and its input checks
+distillation, character level, a fine-tuning that continues the baseline's optimisation), its results keyed by the checkpoints that produced them, and its input checks
 (before any work starts); the whole recipe end to end is test_recipe.py (a file of its own, so that pytest-xdist's
 --dist loadfile runs the two files in different processes)."""
 import json
@@ -11,6 +11,7 @@ import subprocess
 import pytest
 
 from conftest import refused_in_process, run
+from fairseq_sparse.checkpoint_safety import read_state
 from helpers.recipe import MODULE, RECIPE, TINY, recipe
 
 
@@ -322,3 +323,39 @@ def test_decodings_with_the_fixed_shape_search_give_fairseqs_hypotheses(raw_corp
     assert [h for h, _ in after["result"]["hypotheses"]] == [h for h, _ in before["result"]["hypotheses"]]
     assert after["result"]["score"] == before["result"]["score"]
     assert max(abs(a - b) for (_, a), (_, b) in zip(after["result"]["hypotheses"], before["result"]["hypotheses"])) < 1e-4
+
+
+def test_a_continued_fine_tuning_keeps_the_baselines_adam_and_rate(raw_corpus, baseline_work, tmp_path, monkeypatch):
+    work = copy_of(baseline_work, tmp_path)
+    recipe(raw_corpus, work, ["--steps", "control,l0drop", "--finetune-protocol", "continue", "--threads", "1"])
+    start = read_state(str(work / "baseline" / "checkpoint_continue.pt"))
+    assert start["optimizer_history"][-1]["num_updates"] == 0
+    for name in ("control", "l0drop"):
+        state = read_state(str(work / name / "checkpoint_last.pt"))
+        assert state["optimizer_history"][-1]["num_updates"] == 20
+        steps = {float(s["step"]) for s in state["last_optimizer_state"]["state"].values() if "step" in s}
+        assert 60.0 in steps  # the baseline's 40 Adam steps go on: 40 + 20 (the gates' new state: 20)
+        cmd = (work / "commands" / f"{name}.sh").read_text()
+        assert "--lr-scheduler inverse_sqrt_continued" in cmd and "--lr-offset-updates 40" in cmd
+    # issue 62 items 2 and 8: a refused continued start (here, a full disk) ends in one line and leaves control/ as it
+    # was (it left control/key.json, so the corrected re-run was refused as if control had trained)
+    import torch
+
+    shutil.rmtree(work / "control")
+    os.remove(work / "baseline" / "checkpoint_continue.pt")
+
+    def full_disk(obj, path, *args, **kwargs):
+        with open(path, "wb") as f:
+            f.write(b"half")
+        raise RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 64 vs 0\nmore")
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    proc = recipe(raw_corpus, work, ["--steps", "control", "--finetune-protocol", "continue", "--threads", "1"],
+                  check=False)
+    assert proc.returncode != 0 and "cannot write baseline/checkpoint_continue.pt" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (work / "control").exists()
+    assert [f for f in os.listdir(work / "baseline") if ".tmp" in f or "continue" in f] == []
+    monkeypatch.undo()
+    recipe(raw_corpus, work, ["--steps", "control", "--finetune-protocol", "continue", "--threads", "1"])
+    assert read_state(str(work / "control" / "checkpoint_last.pt"))["optimizer_history"][-1]["num_updates"] == 20
