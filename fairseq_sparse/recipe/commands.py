@@ -189,10 +189,12 @@ def decoding_flags(a):
 
 def generation_flags(a):
     """fairseq-generate's search settings (the recipe's options, fairseq's defaults) and the models' positions:
-    every test document fits, so none is skipped (and --skip-invalid-size-inputs-valid-test is never passed)."""
+    every test document fits, so none is skipped (and --skip-invalid-size-inputs-valid-test is never passed); the
+    batches read in the decoding process (--num-workers 0, as the trainings and validations: fairseq's default forks a
+    loader process, and one such decode hung on a loaded 2-core CPU, its loader waiting for indices that never came)."""
     return (["--lenpen", str(a.lenpen), "--min-len", str(a.min_len), "--max-len-a", str(a.max_len_a),
              "--max-len-b", str(a.max_len_b), "--no-repeat-ngram-size", str(a.no_repeat_ngram_size)]
-            + position_flags(a))
+            + position_flags(a) + ["--num-workers", "0"])
 
 
 def generate(a, data, key, checkpoint, overrides=None):
