@@ -8,6 +8,7 @@ results.json and the plot of G against p next to this script, the table printed.
 import importlib.util
 import json
 import os
+import statistics
 import sys
 
 from fairseq_sparse.analysis.plotting import line_plot
@@ -74,9 +75,9 @@ def mean_dose(seeds):
               if f"{DROP}@0.1" in r["points"] and f"{DROP}@0.5" in r["points"]]
     if len(points) < 2:
         return None
-    mean = lambda at, key: sum(p[at][key] for p in points) / len(points)  # noqa: E731
-    return dict(dose_shape(*(round(mean(at, k), 4) for at in (0, 1)
-                             for k in ("source_states_pruned", "relative_gap_points"))), seeds=len(points))
+    means = [round(statistics.mean(p[at][k] for p in points), 4) for at in (0, 1)
+             for k in ("source_states_pruned", "relative_gap_points")]
+    return dict(dose_shape(*means), seeds=len(points))
 
 
 def read_rules(found):
@@ -144,8 +145,9 @@ def main(source, out, dest=HERE, seeds=(1,)):
         print(f"seed {seed}:\n" + "\n".join([tables[0]] + [t.split("\n", 2)[2] for t in tables[1:] if t.count("\n") > 1]))
         print(json.dumps({k: summary["seeds"][seed][k] for k in ("rules", "stock_attention", "content_probe")},
                          indent=1, default=str))
-    if mean_dose(summary["seeds"]):
-        summary["dose_over_seeds"] = mean_dose(summary["seeds"])
+    over_seeds = mean_dose(summary["seeds"])
+    if over_seeds:
+        summary["dose_over_seeds"] = over_seeds
         print("rule 1 on the seeds' mean:", summary["dose_over_seeds"])
     with open(os.path.join(dest, "results.json"), "w") as f:
         json.dump(summary, f, indent=1)
