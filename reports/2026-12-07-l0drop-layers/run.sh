@@ -13,6 +13,7 @@ RECIPE=${RECIPE:-fairseq-sparse-recipe}
 FRACTION=${FRACTION:-0.25}
 UPDATES=${UPDATES:-850}
 SEEDS=${SEEDS:-1 2}
+ARMS=${ARMS:-3x3 6x1}  # the encoder-depth study: ARMS=6x3 beside this study's 3x3 work dirs
 mkdir -p "$OUT"
 common=(-s en -t de --pre-norm --baseline-updates "$UPDATES" --baseline-patience 0 --scratch-budget-points "$UPDATES"
         --validate-interval 5 --threads 1 --quiet)
@@ -20,7 +21,9 @@ if [ -n "${CORPUS:-}" ] && [ -f "$CORPUS/test.meta.tsv" ]; then
   [ -f "$OUT/test.segment_types" ] || cut -f5 "$CORPUS/test.meta.tsv" > "$OUT/test.segment_types"
 fi
 [ -f "$OUT/test.segment_types" ] && common+=(--segment-types "$OUT/test.segment_types")
-depth() { case $1 in 3x3) echo "--encoder-layers 3 --decoder-layers 3" ;; 6x1) echo "--encoder-layers 6 --decoder-layers 1" ;; esac; }
+depth() { case $1 in 3x3) echo "--encoder-layers 3 --decoder-layers 3" ;; 6x1) echo "--encoder-layers 6 --decoder-layers 1" ;;
+  6x3) echo "--encoder-layers 6 --decoder-layers 3" ;; *) echo "unknown arm $1" >&2; exit 2 ;; esac; }
+for arm in $ARMS; do depth "$arm" > /dev/null; done  # an unknown arm is refused before any work
 recipe() {  # recipe ARM SEED STEPS: every work dir after the first reads the first one's data-bin
   local data
   if [ -n "${DATA_BIN:-}" ]; then data=(--data-bin "$DATA_BIN")
@@ -33,11 +36,11 @@ for phase in "$@"; do
   case $phase in
     train)
       pids=()
-      for s in $SEEDS; do for arm in 3x3 6x1; do recipe "$arm" "$s" prepare; done; done
-      for s in $SEEDS; do for arm in 3x3 6x1; do for m in baseline pattern_freq_scratch; do
+      for s in $SEEDS; do for arm in $ARMS; do recipe "$arm" "$s" prepare; done; done
+      for s in $SEEDS; do for arm in $ARMS; do for m in baseline pattern_freq_scratch; do
         recipe "$arm" "$s" "$m" & pids+=($!); done; done; done
       for p in "${pids[@]}"; do wait "$p"; done
-      for s in $SEEDS; do for arm in 3x3 6x1; do recipe "$arm" "$s" gap_analysis,report; done; done ;;
+      for s in $SEEDS; do for arm in $ARMS; do recipe "$arm" "$s" gap_analysis,report; done; done ;;
     summary) python3 "$(dirname "$0")/summarise.py" "$OUT" ;;
     *) echo "unknown phase $phase (train summary)" >&2; exit 2 ;;
   esac

@@ -1,7 +1,7 @@
 """E2's summary (3+3 against 6+1) from the study's work dirs (OUT/3x3_s<seed>, OUT/6x1_s<seed>): each arm's stock
 model and freq rule at its budget point (the merge study's reader: G, chrF, repeated trigrams, NLL, copy recall),
 E = G_6+1 - G_3+3 per seed and the decision rule of README.md as committed (2045d0c); results.json next to this
-script, and the markdown table printed.
+script (DEST), and the markdown table printed. The encoder-depth study reads its 6+3 arm through main(deep="6x3").
 
     python summarise.py OUT [DEST]
 """
@@ -22,25 +22,27 @@ READABLE, DEPTH_E, SEED_E, NO_DEPTH_E = 0.9, 10.0, 5.0, 5.0
 RULE = "pattern_freq_scratch"
 
 
-def per_seed(found):
+def per_seed(found, deep="6x1"):
     """{seed: {stock BLEU of each arm, G of each arm, E, readable}} of every seed with both arms."""
     out = {}
-    seeds = set(found.get("3x3_", {})) & set(found.get("6x1_", {}))
+    seeds = set(found.get("3x3_", {})) & set(found.get(f"{deep}_", {}))
     for seed in sorted(seeds):
-        a, b = found["3x3_"][seed], found["6x1_"][seed]
+        a, b = found["3x3_"][seed], found[f"{deep}_"][seed]
         if not all(RULE in r and "stock" in r for r in (a, b)):
             continue
-        g33, g61 = a[RULE]["relative_gap_points"], b[RULE]["relative_gap_points"]
-        out[seed] = {"stock_3x3": a["stock"]["score"], "stock_6x1": b["stock"]["score"], "G_3x3": g33, "G_6x1": g61,
-                     "E": round(g61 - g33, 2), "readable": b["stock"]["score"] >= READABLE * a["stock"]["score"]}
+        g33, gdeep = a[RULE]["relative_gap_points"], b[RULE]["relative_gap_points"]
+        out[seed] = {"stock_3x3": a["stock"]["score"], f"stock_{deep}": b["stock"]["score"], "G_3x3": g33,
+                     f"G_{deep}": gdeep, "E": round(gdeep - g33, 2),
+                     "readable": b["stock"]["score"] >= READABLE * a["stock"]["score"]}
     return out
 
 
-def read_rule(seeds):
-    """The rule of README.md on the readable seeds."""
+def read_rule(seeds, deep="6x1"):
+    """The rule of README.md on the readable seeds (the encoder-depth study's README for deep="6x3": the same rule)."""
+    arm = deep.replace("x", "+")
     readable = {s: e for s, e in seeds.items() if e["readable"]}
     if not readable:
-        return "not read: no seed where the 6+1 stock model reaches 0.9x the 3+3 one's BLEU"
+        return f"not read: no seed where the {arm} stock model reaches 0.9x the 3+3 one's BLEU"
     if len(seeds) < 2:
         return f"not read: {len(seeds)} seed(s) of the two the rule needs"
     E = statistics.mean(e["E"] for e in readable.values())
@@ -55,10 +57,10 @@ def read_rule(seeds):
             "seeds_read": sorted(readable)}
 
 
-def main(out, dest=HERE):
-    found = merge.seed_rows(out)
-    seeds = per_seed(found)
-    summary = {"rows": found, "seeds": seeds, "rule": read_rule(seeds)}
+def main(out, dest=HERE, deep="6x1"):
+    found = {k: v for k, v in merge.seed_rows(out).items() if k in ("3x3_", f"{deep}_")}
+    seeds = per_seed(found, deep)
+    summary = {"rows": found, "seeds": seeds, "rule": read_rule(seeds, deep)}
     summary["headline"] = {f"{k}_seed{s}": v for s, e in seeds.items() for k, v in e.items() if k != "readable"}
     probes = ["| arm | seed | recovered from the kept states | from the kept embeddings (floor) | the states add (bits) |",
               "|---|---|---|---|---|"]
