@@ -57,7 +57,7 @@ def read_rule(seeds, deep="6x1"):
             "seeds_read": sorted(readable)}
 
 
-def main(out, dest=HERE, deep="6x1"):
+def main(out, dest=HERE, deep="6x1", name="results.json"):
     found = {k: v for k, v in merge.seed_rows(out).items() if k in ("3x3_", f"{deep}_")}
     seeds = per_seed(found, deep)
     summary = {"rows": found, "seeds": seeds, "rule": read_rule(seeds, deep)}
@@ -73,7 +73,7 @@ def main(out, dest=HERE, deep="6x1"):
                 summary["headline"][f"probe_gain_bits_{arm}_seed{seed}"] = round(p["gain_bits"], 2)
                 probes.append(f"| {arm} | {seed} | {100 * p['states']['accuracy']:.1f}% | "
                               f"{100 * p['embeddings']['accuracy']:.1f}% | {p['gain_bits']:+.2f} |")
-    with open(os.path.join(dest, "results.json"), "w") as f:
+    with open(os.path.join(dest, name), "w") as f:
         json.dump(summary, f, indent=1)
     print(merge.markdown(summary).split("\n\n")[0] + "\n\n" + "\n".join(probes))
     print(json.dumps(seeds, indent=1), summary["rule"] if isinstance(summary["rule"], str) else summary["rule"]["verdict"])
