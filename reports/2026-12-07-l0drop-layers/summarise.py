@@ -1,9 +1,10 @@
 """E2's summary (3+3 against 6+1) from the study's work dirs (OUT/3x3_s<seed>, OUT/6x1_s<seed>): each arm's stock
 model and freq rule at its budget point (the merge study's reader: G, chrF, repeated trigrams, NLL, copy recall),
 E = G_6+1 - G_3+3 per seed and the decision rule of README.md as committed (2045d0c); results.json next to this
-script (DEST), and the markdown table printed. The encoder-depth study reads its 6+3 arm through main(deep="6x3").
+script (DEST), and the markdown table printed. The encoder-depth study (3+3 against 6+3, the same rule) is read
+with DEEP 6x3, its DEST that study's folder and NAME its JSON (results_1700.json: its second reading).
 
-    python summarise.py OUT [DEST]
+    python summarise.py OUT [DEST [DEEP [NAME]]]
 """
 import importlib.util
 import json
@@ -81,6 +82,10 @@ def main(out, dest=HERE, deep="6x1", name="results.json"):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) not in (2, 3):
+    if not 2 <= len(sys.argv) <= 5:
         sys.exit(__doc__)
+    if len(sys.argv) > 3 and sys.argv[3] not in ("6x1", "6x3"):
+        sys.exit(f"DEEP must be 6x1 or 6x3, not {sys.argv[3]!r}\n{__doc__}")
+    if len(sys.argv) > 2 and not os.path.isdir(sys.argv[2]):
+        sys.exit(f"DEST {sys.argv[2]!r} is not a folder")
     main(*sys.argv[1:])
