@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from conftest import REPO
+from helpers.lab import queue
 
 sys.path.insert(0, os.path.join(REPO, "lab"))
 import preflight  # noqa: E402
@@ -90,23 +91,18 @@ def test_missing_inputs_stop_a_call_before_its_install(tmp_path):
 
 def test_the_queue_runs_every_prepared_call_with_its_own_run_line():
     """lab/README.md's queue: each call once, in order, with the exact run line its script declares."""
-    with open(os.path.join(REPO, "lab", "README.md")) as f:
-        readme = f.read()
-    queue = readme.split("## The queue", 1)[1].split("\n## ", 1)[0]
-    entries = re.findall(r"`run\(carry \[([^\]]*)\], timeout_s 600\): ([^`]+)`", queue)
+    entries = queue()
     assert entries, "no run(...) entries in the queue"
-    scripts = []
-    for carried, command in entries:
-        script = next(w for w in command.split() if w.startswith("lab/calls/"))
-        scripts.append(script)
+    for carried, command, script, timeout in entries:
+        assert timeout == 600, (script, timeout)
         d = preflight.declarations(os.path.join(REPO, script))
         carry, _, cmd = d["run"][0].partition(" -- ")
         settings = dict(w.split("=", 1) for w in command.split() if re.match(r"^[A-Z_]+=", w))
         carry = preflight.expand(carry, preflight.call_env(d, settings)).split()
         bare = [w for w in command.split() if not re.match(r"^[A-Z_]+=", w)]
-        assert [c.strip().strip('"') for c in carried.split(",")] == carry, (script, carried, carry)
+        assert carried == carry, (script, carried, carry)
         assert bare == [w for w in cmd.split() if not re.match(r"^[A-Z_]+=", w)], (script, command, cmd)
-    assert sorted(set(scripts)) == sorted(os.path.relpath(c, REPO) for c in CALLS)
+    assert sorted({script for *_, script, _ in entries}) == sorted(os.path.relpath(c, REPO) for c in CALLS)
 
 
 def test_every_call_and_the_scripts_it_runs_carry_their_run_bit():

@@ -7,13 +7,13 @@ in full (the same script, other settings) runs in CHECK_ONLY mode, its command a
 the queue's first entry had been stored without its run bit, which only a run by its path shows."""
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tarfile
 
 from conftest import REPO, console, run
+from helpers.lab import queue
 
 SMALL = ["--bpe-merges", "60", "--device", "cpu", "--steps", "prepare", "--quiet"]
 #: the plumbing mode's tiny sizes and budgets (two budget points; in f_decisive.sh's run, half the pairs, the last
@@ -22,21 +22,6 @@ SMALL = ["--bpe-merges", "60", "--device", "cpu", "--steps", "prepare", "--quiet
 TINY = {"UPDATES": "20", "POINTS": "10,20", "VALIDATE": "10", "WIDTH": "32", "HEADS": "2", "THREADS": "1",
         "SEEDS": "1", "RUNS": "1@0.5", "SECONDS_LEFT": "1500",
         "EXTRA_ARGS": "--max-tokens 2000 --beam 2 --warmup-updates 4 --search fairseq"}
-
-
-def queue(calls):
-    """lab/README.md's queue lines up to its CALLS-th call: (carried paths, command line, the call's script)."""
-    with open(os.path.join(REPO, "lab", "README.md")) as f:
-        text = f.read().split("## The queue", 1)[1].split("\n## ", 1)[0]
-    lines, scripts = [], []
-    for carried, command in re.findall(r"`run\(carry \[([^\]]*)\], timeout_s \d+\): ([^`]+)`", text):
-        script = next(word for word in command.split() if "=" not in word)
-        if script not in scripts:
-            if len(scripts) == calls:
-                break
-            scripts.append(script)
-        lines.append(([c.strip().strip('"') for c in carried.split(",")], command, script))
-    return lines
 
 
 def device_copy(dest):
@@ -69,8 +54,8 @@ def test_the_queues_first_two_calls_run_as_the_gpu_machine_runs_them(raw_corpus,
     made = carried_inputs(raw_corpus, tmp_path / "made")
     started, rehearsed = [], set()
     lines = queue(2)
-    assert len({script for _, _, script in lines}) == 2, lines
-    for i, (carried, command, script) in enumerate(lines):
+    assert len({script for _, _, script, _ in lines}) == 2, lines
+    for i, (carried, command, script, _) in enumerate(lines):
         tree = tmp_path / f"device{i}"
         device_copy(tree)
         for path in carried:  # the carry list replaces those paths in the copy
