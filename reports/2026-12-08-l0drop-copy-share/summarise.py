@@ -31,12 +31,12 @@ def pair(runs, study, work, what):
         r = json.load(f)
     if "1,700" in what and "_1700" not in r["control_checkpoint"]:
         return None
-    g_all = 100 * r["overall"]["relative_gap"]
+    g_all, g_low = 100 * r["overall"]["relative_gap"], 100 * r["by_copy_share"][LOW]["relative_gap"]
     buckets = {k: round(100 * v["relative_gap"], 1) for k, v in r["by_copy_share"].items()}
     lengths = {k: round(100 * v["relative_gap"], 1) for k, v in r["by_length"].items()}
     return {"pair": f"{study}/{work}", "what": what, "stock": r["overall"]["control"], "drop": r["overall"]["method"],
             "G_all": round(g_all, 1), "G_low": buckets[LOW], "G_over": buckets["over 25%"], "G_none": buckets["none"],
-            "S": round(100 * (g_all - 100 * r["by_copy_share"][LOW]["relative_gap"]) / g_all, 1),
+            "S": round(100 * (g_all - g_low) / g_all, 1),
             "sentences": {k: v["sentences"] for k, v in r["by_copy_share"].items()}, "G_by_length": lengths}
 
 

@@ -2,7 +2,7 @@
 import os
 import re
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from conftest import REPO
 
 
 def queue(calls=None):
